@@ -1,0 +1,234 @@
+"""Global metrics, as ``habana_frameworks.torch.hpu.metrics``: counts read off the event stream.
+
+    from hpu_lab.metrics import metric_global
+    metric_global("graph_compilation").stats()  # [('TotalNumber', 3), ('TotalTime', 5120), ('AvgTime', ...)]
+
+Times are in microseconds, as the bridge reports them. The bridge's metrics are
+``graph_compilation``, ``cpu_fallback``, ``memory_defragmentation`` and ``recipe_cache``; the lab
+adds ``mark_step``, ``graph_launch``, ``host_sync``, ``hpu_graph`` and ``disk_cache``. Each metric
+is an observer of the event stream, so metrics never change what the runtime does.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections import Counter
+from typing import Dict, List, Optional, Tuple
+
+from . import events as ev
+
+
+class MetricNotFound(Exception):
+    pass
+
+
+class Metric:
+    kinds: tuple = ()
+
+    def __init__(self, name: str):
+        self._name = name
+        self._lock = threading.Lock()
+        self.reset()
+
+    def name(self) -> str:
+        return self._name
+
+    def reset(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def stats(self) -> List[Tuple[str, object]]:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def on_event(self, e: ev.Event) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def __getitem__(self, tag: str):
+        return dict(self.stats())[tag]
+
+    def __repr__(self) -> str:
+        return f"{self._name}: {self.stats()}"
+
+
+class GraphCompilation(Metric):
+    kinds = (ev.Compile,)
+
+    def reset(self):
+        self.total, self.time_us = 0, 0.0
+
+    def on_event(self, e):
+        with self._lock:
+            self.total += 1
+            self.time_us += e.duration_ns / 1000
+
+    def stats(self):
+        avg = self.time_us / self.total if self.total else 0.0
+        return [("TotalNumber", self.total), ("TotalTime", round(self.time_us)), ("AvgTime", avg)]
+
+
+class RecipeCache(Metric):
+    kinds = (ev.CacheLookup,)
+
+    def reset(self):
+        self.hit = self.miss = 0
+
+    def on_event(self, e):
+        with self._lock:
+            if e.hit:
+                self.hit += 1
+            else:
+                self.miss += 1
+
+    def stats(self):
+        return [("TotalHit", self.hit), ("RecipeHit", self.hit), ("TotalMiss", self.miss), ("RecipeMiss", self.miss)]
+
+
+class CpuFallback(Metric):
+    kinds = (ev.CPUFallback,)
+
+    def reset(self):
+        self.ops: Counter = Counter()
+
+    def on_event(self, e):
+        with self._lock:
+            self.ops[e.op] += 1
+
+    def stats(self):
+        return [("TotalNumber", sum(self.ops.values())), ("FallbackOps", dict(self.ops))]
+
+
+class MemoryDefragmentation(Metric):
+    """The emulated allocator never fragments, so this stays at zero; it exists for API parity."""
+    kinds = ()
+
+    def reset(self):
+        pass
+
+    def on_event(self, e):
+        pass
+
+    def stats(self):
+        return [("TotalNumber", 0), ("TotalSuccessful", 0), ("AvgTime", 0.0), ("MaxTime", 0)]
+
+
+class Counting(Metric):
+    """TotalNumber of one event kind (plus per-reason counts for host syncs)."""
+
+    def __init__(self, name, kind, reason_attr=None):
+        self.kinds = (kind,)
+        self._reason_attr = reason_attr
+        super().__init__(name)
+
+    def reset(self):
+        self.total = 0
+        self.reasons: Counter = Counter()
+
+    def on_event(self, e):
+        with self._lock:
+            self.total += 1
+            if self._reason_attr:
+                self.reasons[getattr(e, self._reason_attr)] += 1
+
+    def stats(self):
+        out = [("TotalNumber", self.total)]
+        if self._reason_attr:
+            out.append(("Reasons", dict(self.reasons)))
+        return out
+
+
+class HpuGraph(Metric):
+    kinds = (ev.CaptureEnd, ev.Replay)
+
+    def reset(self):
+        self.captures = self.replays = 0
+
+    def on_event(self, e):
+        with self._lock:
+            if isinstance(e, ev.CaptureEnd):
+                self.captures += 1
+            else:
+                self.replays += 1
+
+    def stats(self):
+        return [("Captures", self.captures), ("Replays", self.replays)]
+
+
+class DiskCache(Metric):
+    kinds = (ev.CacheLookup,)
+
+    def reset(self):
+        self.hit = self.miss = 0
+
+    def on_event(self, e):
+        if e.source != "disk":
+            return
+        with self._lock:
+            if e.hit:
+                self.hit += 1
+            else:
+                self.miss += 1
+
+    def stats(self):
+        return [("TotalHit", self.hit), ("TotalMiss", self.miss)]
+
+
+def _make_all() -> Dict[str, Metric]:
+    return {
+        "graph_compilation": GraphCompilation("graph_compilation"),
+        "recipe_cache": RecipeCache("recipe_cache"),
+        "cpu_fallback": CpuFallback("cpu_fallback"),
+        "memory_defragmentation": MemoryDefragmentation("memory_defragmentation"),
+        "mark_step": Counting("mark_step", ev.MarkStep),
+        "graph_launch": Counting("graph_launch", ev.Launch),
+        "host_sync": Counting("host_sync", ev.HostSync, reason_attr="reason"),
+        "hpu_graph": HpuGraph("hpu_graph"),
+        "disk_cache": DiskCache("disk_cache"),
+    }
+
+
+_GLOBAL = _make_all()
+for _m in _GLOBAL.values():
+    if _m.kinds:
+        ev.subscribe(_m.on_event, _m.kinds)
+
+
+def metric_global(name: str) -> Optional[Metric]:
+    """The process-wide metric ``name``, or None if there is no such metric (as the bridge)."""
+    return _GLOBAL.get(name)
+
+
+def names() -> List[str]:
+    return list(_GLOBAL)
+
+
+def reset_all() -> None:
+    for m in _GLOBAL.values():
+        m.reset()
+
+
+@contextlib.contextmanager
+def metric_localcontext(name: str):
+    """A fresh metric counting only what happens inside the ``with`` block."""
+    if name not in _GLOBAL:
+        raise MetricNotFound(f"metric {name!r} not found; known metrics: {', '.join(_GLOBAL)}")
+    local = _make_all()[name]
+    handle = ev.subscribe(local.on_event, local.kinds) if local.kinds else None
+    try:
+        yield local
+    finally:
+        if handle is not None:
+            handle.remove()
+
+
+def metrics_dump(file: str, format: str = "json") -> None:  # noqa: A002 - bridge's name
+    """Write every global metric to ``file`` as json or text."""
+    data = {n: dict(m.stats()) for n, m in _GLOBAL.items()}
+    if format == "json":
+        with open(file, "w") as f:
+            json.dump(data, f, indent=2, default=str)
+    elif format == "text":
+        with open(file, "w") as f:
+            for n, stats in data.items():
+                f.write(f"{n}: {stats}\n")
+    else:
+        raise ValueError(f"metrics_dump: format must be 'json' or 'text', got {format!r}")
