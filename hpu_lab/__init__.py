@@ -1,0 +1,26 @@
+"""hpu_lab: the Intel Gaudi ("hpu") PyTorch execution model, emulated on a CPU.
+
+``import hpu_lab`` registers the "hpu" device with stock PyTorch; ``torch.hpu`` is then hpu_lab's
+device module and ``import hpu_lab.core as htcore`` gives ``mark_step``. Nothing here imports
+Jupyter, matplotlib, ipywidgets or networkx: views live in the separate ``widgets`` package.
+"""
+from __future__ import annotations
+
+import torch as _torch
+
+# First of all: "hpu" must name PrivateUse1 before any torch.device("hpu") is made (torch also
+# knows a built-in HPU device type, for Intel's own C++ bridge; hpu_lab is the Python one).
+if _torch._C._get_privateuse1_backend_name() != "hpu":
+    _torch.utils.rename_privateuse1_backend("hpu")
+
+from . import config, events, metrics  # noqa: F401
+from . import device as _device
+from . import lazy as _lazy
+
+_device.register()
+_lazy.S.reload()
+
+from . import core, hpu  # noqa: E402,F401
+from .tensor import HPUTensor  # noqa: E402,F401
+
+__version__ = "0.1.0"

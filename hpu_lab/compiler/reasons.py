@@ -1,0 +1,43 @@
+"""Why did this graph compile? A diff against the last recipe compiled at the same call site.
+
+No real Gaudi tool says this; hpu_lab does: "input 3 shape changed (200, 1, 28, 28) ->
+(96, 1, 28, 28)", "new op aten::where at node 14 (train.py:42)", "constant changed 3 -> 4 at
+node 7 (train.py:18) (loop variable?)".
+"""
+from __future__ import annotations
+
+
+def _layout(meta):
+    size, stride, dtype = meta
+    return tuple(size), str(dtype).replace("torch.", "")
+
+
+def diff(prev, new) -> str:
+    if prev is None:
+        return "first compile"
+    (pin, pnodes), (nin, nnodes) = prev, new
+    for i, (a, b) in enumerate(zip(pin, nin)):
+        if a is None or b is None or a == b:
+            continue
+        (sa, da), (sb, db) = _layout(a), _layout(b)
+        if sa != sb:
+            return f"input {i} shape changed {sa} -> {sb}"
+        if da != db:
+            return f"input {i} dtype changed {da} -> {db}"
+        return f"input {i} layout changed (strides {tuple(a[1])} -> {tuple(b[1])})"
+    for i, (a, b) in enumerate(zip(pnodes, nnodes)):
+        if a[0] != b[0]:
+            return f"new op {b[0]} at node {i} ({b[2]}) where there was {a[0]}"
+        if a[1] != b[1]:
+            for x, y in zip(a[1], b[1]):
+                if x != y:
+                    return f"constant changed {x!r} -> {y!r} at node {i} {b[0]} ({b[2]}) (loop variable?)"
+            return f"arguments of {b[0]} changed at node {i} ({b[2]})"
+    if len(nnodes) > len(pnodes):
+        b = nnodes[len(pnodes)]
+        return f"new op {b[0]} at node {len(pnodes)} ({b[2]}): graph grew {len(pnodes)} -> {len(nnodes)} nodes"
+    if len(nnodes) < len(pnodes):
+        return f"graph shrank {len(pnodes)} -> {len(nnodes)} nodes"
+    if len(pin) != len(nin):
+        return f"number of inputs changed {len(pin)} -> {len(nin)}"
+    return "different graph outputs (other tensors are alive at this point)"

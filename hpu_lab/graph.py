@@ -1,0 +1,174 @@
+"""The pending lazy graph: nodes appended op by op, until mark_step or a value is needed.
+
+A node holds its op (an aten OpOverload or one of the small helpers below), its args with
+``Out`` (another pending node's output) and ``Inp`` (a device buffer) references, the metadata of
+its outputs, the user's source line, and a *signature*: the node with every reference replaced by
+its position. The tuple of signatures is the recipe key (structure + shapes + dtypes + constants).
+"""
+from __future__ import annotations
+
+import itertools
+import weakref
+
+import torch
+
+from .tensor import Inp, Out
+
+
+# ---- helpers used as graph ops (module level, so a recipe can be pickled to the disk cache) ----
+
+def _layout_ok(base, stride):
+    if base.stride() != stride or base.storage_offset() != 0:
+        # the runtime result did not come out in the planned layout: re-lay it out
+        out = torch.empty_strided(base.shape, stride, dtype=base.dtype)
+        out.copy_(base)
+        return out
+    return base
+
+
+def view(base, size, stride, offset, base_stride):
+    """Read a view (size, stride, offset) of a storage whose value is ``base``."""
+    return _layout_ok(base, base_stride).as_strided(size, stride, offset)
+
+
+def scatter(base, src, size, stride, offset, base_stride):
+    """The storage value after writing ``src`` into its view (size, stride, offset)."""
+    out = _layout_ok(base, base_stride).clone()
+    out.as_strided(size, stride, offset).copy_(src)
+    return out
+
+
+def restride(v, size, stride):
+    """``v`` laid out with the storage's strides (an in-place result that came out differently)."""
+    out = torch.empty_strided(size, stride, dtype=v.dtype)
+    out.copy_(v)
+    return out
+
+
+class InplaceOnClone:
+    """An in-place op with no functional twin: run it on clones of the written args."""
+    __slots__ = ("op", "written", "__name__")
+
+    def __init__(self, op, written):
+        self.op, self.written = op, written
+        self.__name__ = f"{op._schema.name.split('::')[1]}_on_clone"
+
+    def __call__(self, *args, **kwargs):
+        args = list(args)
+        for i in self.written:
+            a = args[i]
+            args[i] = [x.clone() for x in a] if isinstance(a, (list, tuple)) else a.clone()
+        self.op(*args, **kwargs)
+        res = [args[i] for i in self.written]
+        return res[0] if len(res) == 1 else tuple(res)
+
+    def __eq__(self, other):
+        return type(other) is InplaceOnClone and other.op == self.op and other.written == self.written
+
+    def __hash__(self):
+        return hash((self.op, self.written))
+
+    def __reduce__(self):
+        return (InplaceOnClone, (self.op, self.written))
+
+
+class CastTo:
+    """A functional twin whose result must be cast back to the in-place target's dtype."""
+    __slots__ = ("op", "dtype", "__name__")
+
+    def __init__(self, op, dtype):
+        self.op, self.dtype = op, dtype
+        self.__name__ = f"{op._schema.name.split('::')[1]}_to_{str(dtype).split('.')[-1]}"
+
+    def __call__(self, *args, **kwargs):
+        r = self.op(*args, **kwargs)
+        if isinstance(r, (list, tuple)):
+            return [x.to(self.dtype) for x in r]
+        return r.to(self.dtype)
+
+    def __eq__(self, other):
+        return type(other) is CastTo and other.op == self.op and other.dtype == self.dtype
+
+    def __hash__(self):
+        return hash((self.op, self.dtype))
+
+    def __reduce__(self):
+        return (CastTo, (self.op, self.dtype))
+
+
+HELPER_NAMES = {view: "view", scatter: "scatter", restride: "restride"}
+
+
+def target_name(op) -> str:
+    n = HELPER_NAMES.get(op)
+    if n is not None:
+        return n
+    s = getattr(op, "_schema", None)
+    if s is not None:
+        return s.name
+    inner = getattr(op, "op", None)
+    if inner is not None and hasattr(inner, "_schema"):
+        return inner._schema.name
+    return getattr(op, "__name__", str(op))
+
+
+# ---- the graph ----
+
+class Node:
+    __slots__ = ("op", "args", "kwargs", "outs", "spec", "src", "index", "sig", "h", "refs",
+                 "graph", "launched")
+
+    def __init__(self, op, args, kwargs, spec, src, index, sig, refs, graph):
+        self.op, self.args, self.kwargs, self.spec = op, args, kwargs, spec
+        self.src, self.index, self.sig, self.refs, self.graph = src, index, sig, refs, graph
+        self.h = hash(sig)
+        self.outs = ()
+        self.launched = None      # after a partial flush: {out idx: Inp}
+
+    @property
+    def name(self) -> str:
+        return target_name(self.op)
+
+
+_graph_ids = itertools.count(1)
+
+
+class PendingGraph:
+    """Nodes accumulated since the last mark_step (or sync)."""
+
+    def __init__(self):
+        self.id = next(_graph_ids)
+        self.nodes: list = []
+        self.slots: dict = {}         # id(Inp) -> slot number
+        self.inps: list = []          # keeps the Inps alive while their ids are slot keys
+        self.written: list = []       # weakrefs of storages given a pending value
+        self.next_index = 0
+
+    def __len__(self):
+        return len(self.nodes)
+
+    def slot(self, inp: Inp) -> int:
+        s = self.slots.get(id(inp))
+        if s is None:
+            s = self.slots[id(inp)] = len(self.inps)
+            self.inps.append(inp)
+        return s
+
+    def add(self, op, args, kwargs, metas, spec, sig_args, sig_kwargs, refs, src):
+        """Append a node; return its Out objects (one per tensor output)."""
+        idx = self.next_index
+        self.next_index += 1
+        node = Node(op, args, kwargs, spec, src, idx, (op, sig_args, sig_kwargs), refs, self)
+        node.outs = tuple(Out(node, i, m) for i, m in enumerate(metas))
+        self.nodes.append(node)
+        return node.outs
+
+    def track(self, st) -> None:
+        self.written.append(weakref.ref(st))
+
+
+def ref_sig(pg: PendingGraph, r):
+    """The signature of a reference: position for an Out, slot + layout for an Inp."""
+    if type(r) is Out:
+        return ("o", r.node.index, r.idx)
+    return ("i", pg.slot(r), r.meta)

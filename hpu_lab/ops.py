@@ -1,0 +1,147 @@
+"""What kind of op is this? Views, in-place ops, random ops, data-dependent ops; and shape
+inference on meta tensors, cached, because meta kernels cost ~100 us an op (DESIGN.md).
+"""
+from __future__ import annotations
+
+import torch
+
+aten = torch.ops.aten
+META = torch.device("meta")
+
+# Ops whose output shape depends on the data: they need the values, so they force a host sync
+# (seed 000, "dynamic ops"; seed 001: "Data Dependent dynamic flow is not supported").
+DATA_DEPENDENT = {
+    aten.nonzero.default, aten.masked_select.default, aten._unique2.default, aten.unique_dim.default,
+    aten.unique_consecutive.default, aten._unique.default, aten.repeat_interleave.Tensor,
+    aten.bincount.default, aten._local_scalar_dense.default, aten.equal.default,
+    aten.is_nonzero.default, aten.argwhere.default,
+}
+
+# Random ops: drawn on the host from torch's default generator, at trace time, so that an "hpu"
+# run gives exactly the numbers of the same loop on CPU; the draw becomes an input of the graph
+# (and graph replay draws again).
+RANDOM_INPLACE = {
+    aten.normal_.default, aten.uniform_.default, aten.bernoulli_.float, aten.random_.default,
+    getattr(aten.random_, "from"), aten.random_.to, aten.exponential_.default, aten.geometric_.default,
+    aten.log_normal_.default, aten.cauchy_.default,
+}
+
+
+class MetaFailure(Exception):
+    """The op has no usable meta kernel (or its output depends on the data)."""
+
+
+def op_name(func) -> str:
+    """'aten::add' for aten.add.Tensor (what the bridge's logs show)."""
+    n = _NAMES.get(func)
+    if n is None:
+        n = _NAMES[func] = func._schema.name if hasattr(func, "_schema") else getattr(func, "__name__", str(func))
+    return n
+
+
+_NAMES: dict = {}
+
+_INPLACE: dict = {}
+
+
+def inplace_info(func):
+    """For an op that writes its inputs: (indices of written positional args, functional op or None).
+
+    Returns None for ops that write nothing. The functional variant (add_ -> add, _foreach_mul_ ->
+    _foreach_mul) computes the new values; without one, the op runs on clones of its inputs.
+    """
+    try:
+        return _INPLACE[func]
+    except KeyError:
+        pass
+    schema = func._schema
+    written = tuple(i for i, a in enumerate(schema.arguments)
+                    if a.alias_info is not None and a.alias_info.is_write and not a.kwarg_only)
+    out_kw = tuple(a.name for a in schema.arguments
+                   if a.alias_info is not None and a.alias_info.is_write and a.kwarg_only)
+    info = None
+    if written or out_kw:
+        functional = None
+        name = schema.name.split("::")[1]
+        if written and name.endswith("_") and not out_kw:
+            packet = getattr(aten, name[:-1], None)
+            if packet is not None:
+                ov = getattr(packet, func._overloadname, None)
+                if ov is not None and len(ov._schema.arguments) == len(schema.arguments):
+                    functional = ov
+        info = (written, out_kw, functional)
+    _INPLACE[func] = info
+    return info
+
+
+def is_view(func) -> bool:
+    v = _VIEW.get(func)
+    if v is None:
+        v = _VIEW[func] = bool(getattr(func, "is_view", False))
+    return v
+
+
+_VIEW: dict = {}
+_POINTWISE: dict = {}
+
+
+def is_pointwise(op) -> bool:
+    v = _POINTWISE.get(op)
+    if v is None:
+        v = _POINTWISE[op] = isinstance(op, torch._ops.OpOverload) and torch.Tag.pointwise in op.tags
+    return v
+
+
+MME_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
+           "aten::convolution", "aten::convolution_backward", "aten::_convolution", "aten::addbmm",
+           "aten::mv", "aten::dot", "aten::addmv", "aten::_scaled_dot_product_attention_math",
+           "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::einsum", "aten::conv2d"}
+
+
+def engine_of(name: str) -> str:
+    """MME for matrix-multiply-like ops, TPC for everything else (Gaudi's two engines)."""
+    return "MME" if name in MME_OPS else "TPC"
+
+
+_META_CACHE: dict = {}
+
+
+def meta_tensor(size, stride, dtype, offset=0, extent=None):
+    if offset or extent is not None:
+        base = torch.empty((extent if extent is not None else offset + 1,), dtype=dtype, device=META)
+        return base.as_strided(size, stride, offset)
+    return torch.empty_strided(size, stride, dtype=dtype, device=META)
+
+
+def run_meta(func, margs, mkwargs):
+    """Run func on meta tensors; raise MetaFailure if there is no meta kernel or it needs data."""
+    try:
+        return func(*margs, **mkwargs)
+    except (NotImplementedError, torch._subclasses.fake_tensor.DynamicOutputShapeException) as e:
+        raise MetaFailure(str(e)) from None
+    except RuntimeError as e:
+        msg = str(e)
+        if ("meta" in msg.lower() and ("not implemented" in msg.lower() or "could not run" in msg.lower())) \
+                or "data-dependent" in msg or "Cannot access data pointer" in msg \
+                or "cannot be called on meta tensors" in msg or "item() on a meta" in msg.lower() \
+                or "Tensor.item()" in msg:
+            raise MetaFailure(msg) from None
+        raise
+
+
+def cached_meta(key, compute):
+    r = _META_CACHE.get(key)
+    if r is None:
+        try:
+            r = compute()
+        except MetaFailure as e:
+            r = e
+        except Exception as e:  # a user error (shape mismatch...): re-raise each time, same as eager
+            _META_CACHE[key] = ("err", e)
+            raise
+        _META_CACHE[key] = r
+    if isinstance(r, MetaFailure):
+        raise r
+    if type(r) is tuple and len(r) == 2 and r[0] == "err":
+        raise type(r[1])(*r[1].args)
+    return r

@@ -1,0 +1,1 @@
+"""The emulated device: memory manager and the asynchronous executor."""

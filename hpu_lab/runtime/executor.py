@@ -1,0 +1,143 @@
+"""The device executor: a worker thread per stream runs launched recipes, asynchronously.
+
+``launch()`` returns at once; the host goes on tracing the next step while the worker runs this
+one on the backing CPU tensors (torch kernels release the GIL, so the two really overlap). A
+failure on the device is kept and raised in the user's thread at the next sync, naming the op
+and the user's line; the runtime stays usable.
+"""
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+
+from .. import events as ev
+
+
+class DeviceError(RuntimeError):
+    """An op failed while the device ran a recipe (raised at the next sync)."""
+
+
+class Launch:
+    __slots__ = ("id", "recipe", "inputs", "outputs", "done", "error", "stream", "__weakref__")
+
+    def __init__(self, recipe, inputs, stream):
+        self.id = next(_launch_ids)
+        self.recipe, self.inputs, self.stream = recipe, inputs, stream
+        self.outputs = None
+        self.error = None
+        self.done = threading.Event()
+
+    def wait(self, reason: str = "synchronize", src: str = "") -> None:
+        """Host sync: block until this launch has finished; raise its device error, if any."""
+        t0 = ev.now()
+        self.done.wait()
+        if ev.wants(ev.HostSync):
+            ev.emit(ev.HostSync(t0, ev.now(), "host", ev.recorder.step, reason=reason, src=src))
+        if self.error is not None:
+            _errors.discard(self.error)
+            raise self.error
+
+
+_launch_ids = itertools.count(1)
+_errors: set = set()     # device errors not yet reported to the user
+
+
+def _resolve(inp):
+    t = inp.tensor
+    if t is not None:
+        return t
+    src = inp.launch
+    if src.error is not None:
+        raise DeviceError(f"input produced by a failed launch: {src.error}")
+    return src.outputs[inp.idx]
+
+
+class Stream:
+    """One device queue and its worker thread."""
+
+    def __init__(self, index: int):
+        self.index = index
+        self.lane = f"hpu:{index}"
+        self._q: queue.SimpleQueue = queue.SimpleQueue()
+        self._last = None
+        self._thread = threading.Thread(target=self._run, name=f"hpu_lab-{self.lane}", daemon=True)
+        self._thread.start()
+
+    def submit(self, launch: Launch) -> None:
+        self._last = launch
+        self._q.put(launch)
+
+    def submit_fn(self, fn) -> Launch:
+        """Run a host function in stream order (used for events and stream waits)."""
+        launch = Launch(None, fn, self.index)
+        self.submit(launch)
+        return launch
+
+    def last(self):
+        return self._last
+
+    def synchronize(self, reason="synchronize", src="") -> None:
+        last = self._last
+        if last is not None:
+            last.wait(reason, src)
+
+    def _run(self) -> None:
+        while True:
+            launch = self._q.get()
+            if launch.recipe is None:        # a host function in stream order
+                try:
+                    launch.outputs = launch.inputs()
+                except BaseException as e:   # noqa: BLE001 - reported at the next sync
+                    launch.error = e
+                launch.done.set()
+                continue
+            t0 = ev.now()
+            ok = True
+            try:
+                args = [_resolve(i) for i in launch.inputs]
+                launch.outputs = launch.recipe.run(args)
+            except BaseException as e:  # noqa: BLE001 - reported at the next sync
+                ok = False
+                launch.error = launch.recipe.explain_failure(e, launch.inputs)
+                _errors.add(launch.error)
+            launch.inputs = None   # drop references: the buffers may be freed now
+            t1 = ev.now()
+            launch.done.set()
+            if ev.wants(ev.DeviceExecution):
+                r = launch.recipe
+                ev.emit(ev.DeviceExecution(t0, t1, self.lane, ev.recorder.step, launch_id=launch.id,
+                                           recipe_id=r.id, key=r.short_key, node_count=r.node_count, ok=ok))
+
+
+_streams: dict = {}
+_lock = threading.Lock()
+
+
+def stream(index: int = 0) -> Stream:
+    s = _streams.get(index)
+    if s is None:
+        with _lock:
+            s = _streams.get(index)
+            if s is None:
+                s = _streams[index] = Stream(index)
+    return s
+
+
+def synchronize_all(reason="synchronize", src="") -> None:
+    """Wait for every stream; raise the first unreported device error."""
+    t0 = ev.now()
+    for s in list(_streams.values()):
+        last = s.last()
+        if last is not None:
+            last.done.wait()
+    if ev.wants(ev.HostSync):
+        ev.emit(ev.HostSync(t0, ev.now(), "host", ev.recorder.step, reason=reason, src=src))
+    raise_pending_error()
+
+
+def raise_pending_error() -> None:
+    if _errors:
+        err = _errors.pop()
+        _errors.clear()
+        raise err

@@ -1,0 +1,110 @@
+"""Device memory accounting: InUse / MaxInUse / Limit, as the bridge's memory_stats().
+
+Every Storage allocates its bytes here while any view of it is alive. A running recipe adds its
+transient peak (from the compiler's memory plan) on top, so MaxInUse is the real high-water mark
+of what the device would have needed. A recipe whose plan does not fit under Limit is refused with
+an out-of-memory error before it runs, and nothing is lost.
+"""
+from __future__ import annotations
+
+import threading
+
+from .. import config
+from .. import events as ev
+
+
+class HPUOutOfMemoryError(RuntimeError):
+    """The device would exceed its memory Limit."""
+
+
+_lock = threading.Lock()
+_s = {"InUse": 0, "MaxInUse": 0, "NumAllocs": 0, "NumFrees": 0, "ActiveAllocs": 0,
+      "MaxAllocSize": 0, "TotalSystemAllocs": 0, "TotalSystemFrees": 0, "TotalActiveAllocs": 0}
+
+
+def limit() -> int:
+    return config.get("HPU_LAB_MEMORY_LIMIT")
+
+
+def alloc(nbytes: int) -> None:
+    with _lock:
+        s = _s
+        s["InUse"] += nbytes
+        if s["InUse"] > s["MaxInUse"]:
+            s["MaxInUse"] = s["InUse"]
+        s["NumAllocs"] += 1
+        s["TotalSystemAllocs"] += 1
+        s["ActiveAllocs"] += 1
+        s["TotalActiveAllocs"] += 1
+        if nbytes > s["MaxAllocSize"]:
+            s["MaxAllocSize"] = nbytes
+
+
+def free(nbytes: int) -> None:
+    with _lock:
+        s = _s
+        s["InUse"] -= nbytes
+        s["NumFrees"] += 1
+        s["TotalSystemFrees"] += 1
+        s["ActiveAllocs"] -= 1
+        s["TotalActiveAllocs"] -= 1
+
+
+def in_use() -> int:
+    return _s["InUse"]
+
+
+def reserve_transient(peak_bytes: int, what: str) -> None:
+    """Account a recipe's transient peak; refuse it (OOM) if it cannot fit under Limit."""
+    lim = limit()
+    with _lock:
+        need = _s["InUse"] + peak_bytes
+        if need > lim:
+            raise HPUOutOfMemoryError(
+                f"Device out of memory: {what} needs {_fmt(peak_bytes)} of working memory on top of "
+                f"InUse {_fmt(_s['InUse'])} but the Limit is {_fmt(lim)} "
+                f"(MaxInUse {_fmt(_s['MaxInUse'])}). Break the graph with mark_step(), lower the "
+                f"batch size, or raise HPU_LAB_MEMORY_LIMIT.")
+        if need > _s["MaxInUse"]:
+            _s["MaxInUse"] = need
+    if ev.wants(ev.MemorySample):
+        t = ev.now()
+        ev.emit(ev.MemorySample(t, t, "host", ev.recorder.step, in_use=_s["InUse"],
+                                max_in_use=_s["MaxInUse"], limit=lim))
+
+
+def stats() -> dict:
+    with _lock:
+        d = dict(_s)
+    d["Limit"] = limit()
+    return {k: d[k] for k in ("Limit", "InUse", "MaxInUse", "NumAllocs", "NumFrees", "ActiveAllocs",
+                              "MaxAllocSize", "TotalSystemAllocs", "TotalSystemFrees", "TotalActiveAllocs")}
+
+
+def reset_peak() -> None:
+    with _lock:
+        _s["MaxInUse"] = _s["InUse"]
+
+
+def reset_accumulated() -> None:
+    with _lock:
+        for k in ("NumAllocs", "NumFrees", "TotalSystemAllocs", "TotalSystemFrees"):
+            _s[k] = 0
+
+
+def _fmt(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n} B"
+
+
+def summary() -> str:
+    s = stats()
+    lines = ["|" + "=" * 60 + "|", "|" + " HPU memory summary (hpu_lab emulated device) ".center(60) + "|",
+             "|" + "=" * 60 + "|"]
+    for k, v in s.items():
+        val = _fmt(v) if k in ("Limit", "InUse", "MaxInUse", "MaxAllocSize") else str(v)
+        lines.append(f"| {k:<28s}{val:>30s} |")
+    lines.append("|" + "=" * 60 + "|")
+    return "\n".join(lines)

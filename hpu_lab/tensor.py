@@ -1,0 +1,161 @@
+"""HPUTensor: the "hpu" tensor, a torch wrapper subclass over emulated device memory.
+
+An HPUTensor is a *view* (size, stride, offset) of a ``Storage``, as on a real device. A storage's
+value is either
+
+- an ``Inp``: a device buffer that exists (a CPU tensor standing in for HBM) or will exist once a
+  launched recipe finishes (launch, output index); or
+- an ``Out``: an output of a node of the pending lazy graph, not computed yet.
+
+In-place ops never mutate a buffer: they rebind the storage to a new value (functionalisation),
+so every view of the storage, and the base, see the update, in lazy mode too. Reading a view that
+is not the whole storage adds a ``view`` node; writing one adds a ``scatter`` node.
+"""
+from __future__ import annotations
+
+import torch
+
+from .runtime import memory
+
+HPU = torch.device("hpu", 0)
+
+
+class Inp:
+    """A device buffer: concrete now (``tensor``) or produced by a launch (``launch``, ``idx``)."""
+    __slots__ = ("tensor", "launch", "idx", "meta", "regen", "__weakref__")
+
+    def __init__(self, tensor=None, meta=None, launch=None, idx=0, regen=None):
+        self.tensor = tensor
+        self.launch = launch
+        self.idx = idx
+        self.meta = meta           # (size, stride, dtype) of the buffer's layout
+        self.regen = regen         # for host-drawn random inputs: how to draw again (graph replay)
+
+    def get(self, reason: str = "", src: str = ""):
+        """The CPU tensor behind this buffer, waiting for the device if needed (a host sync)."""
+        t = self.tensor
+        if t is None:
+            self.launch.wait(reason, src)
+            t = self.tensor = self.launch.outputs[self.idx]
+            self.launch = None
+        return t
+
+
+class Out:
+    """Output ``idx`` of a pending node."""
+    __slots__ = ("node", "idx", "meta")
+
+    def __init__(self, node, idx, meta):
+        self.node, self.idx, self.meta = node, idx, meta
+
+
+class Storage:
+    """Device memory: accounted by the memory manager for as long as any view is alive."""
+    __slots__ = ("nbytes", "size", "stride", "dtype", "value", "__weakref__")
+
+    def __init__(self, size, stride, dtype, value, nbytes):
+        self.size, self.stride, self.dtype = size, stride, dtype
+        self.value = value
+        self.nbytes = nbytes
+        memory.alloc(nbytes)
+
+    def __del__(self):
+        try:
+            memory.free(self.nbytes)
+        except Exception:  # interpreter shutdown
+            pass
+
+
+def storage_extent(size, stride) -> int:
+    """Elements a dense buffer of this layout spans."""
+    if not size:
+        return 1
+    n = 1
+    for s, st in zip(size, stride):
+        if s == 0:
+            return 0
+        n += (s - 1) * st
+    return n
+
+
+class HPUTensor(torch.Tensor):
+    """A tensor on device "hpu": a view of a Storage. All ops go to the active mode."""
+    __slots__ = ("_st", "_size", "_stride", "_offset", "_rc")
+
+    @staticmethod
+    def __new__(cls, st: Storage, size, stride, offset, dtype, requires_grad=False):
+        r = torch.Tensor._make_wrapper_subclass(
+            cls, size, strides=stride, storage_offset=offset, dtype=dtype, device=HPU,
+            requires_grad=requires_grad)
+        r._st = st
+        r._size, r._stride, r._offset = size, stride, offset
+        r._rc = None      # read cache: (storage value, ref) for views
+        return r
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        return _dispatch(func, args, kwargs or _EMPTY)
+
+    # printing goes through one host sync, then torch's own formatting
+    def __repr__(self, *, tensor_contents=None):
+        cpu = _to_cpu(self, "print")
+        s = torch._tensor_str._str(self, tensor_contents=torch._tensor_str._tensor_str(cpu, 7))
+        return "tensor(" + s[len(type(self).__name__) + 1:] if s.startswith(type(self).__name__ + "(") else s
+
+    def tolist(self):
+        return _to_cpu(self, ".tolist()").tolist()
+
+    def numpy(self, *, force=False):
+        raise TypeError("can't convert hpu:0 device type tensor to numpy. Use Tensor.cpu() to copy "
+                        "the tensor to host memory first.")
+
+    def item(self):
+        _set_reason(".item()")
+        return super().item()
+
+    def __bool__(self):
+        _set_reason("bool(tensor): data-dependent control flow")
+        return super().__bool__()
+
+    def __format__(self, spec):
+        if self.dim() == 0:
+            return self.item().__format__(spec)
+        return object.__format__(self, spec)
+
+    def __reduce_ex__(self, proto):
+        # pickling / torch.save: go through the CPU (a host sync), restore onto "hpu"
+        return (_rebuild_on_hpu, (self.detach().cpu(), self.requires_grad))
+
+
+_EMPTY: dict = {}
+_dispatch = None       # set by hpu_lab.lazy: the active mode's dispatch function
+_to_cpu = None         # set by hpu_lab.lazy
+_set_reason = None     # set by hpu_lab.lazy
+
+
+def _rebuild_on_hpu(cpu, requires_grad):
+    t = cpu.to(HPU)
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+def new_storage_tensor(size, stride, dtype, value) -> HPUTensor:
+    """A fresh storage holding ``value`` (Inp or Out) with this layout, and its base tensor."""
+    n = storage_extent(size, stride)
+    st = Storage(size, stride, dtype, value, n * _itemsize(dtype))
+    return HPUTensor(st, size, stride, 0, dtype)
+
+
+_ITEMSIZE: dict = {}
+
+
+def _itemsize(dtype) -> int:
+    s = _ITEMSIZE.get(dtype)
+    if s is None:
+        s = _ITEMSIZE[dtype] = torch.empty((), dtype=dtype).element_size()
+    return s
+
+
+def is_hpu(x) -> bool:
+    return type(x) is HPUTensor or isinstance(x, HPUTensor)
