@@ -22,7 +22,10 @@ def _is_user(code) -> bool:
 
 def user_frame(depth: int = 2):
     """(filename, lineno) of the nearest user frame, or None (e.g. inside autograd's thread)."""
-    f = sys._getframe(depth)
+    try:
+        f = sys._getframe(depth)
+    except ValueError:
+        f = sys._getframe(1)
     while f is not None:
         if _is_user(f.f_code):
             return f.f_code.co_filename, f.f_lineno
@@ -30,9 +33,26 @@ def user_frame(depth: int = 2):
     return None
 
 
+_fmt: dict = {}
+
+
 def user_src(depth: int = 2) -> str:
     """'train.py:42' for the nearest user frame ('<backward>' when there is none)."""
-    fr = user_frame(depth + 1)
-    if fr is None:
-        return "<backward>"
-    return f"{os.path.basename(fr[0])}:{fr[1]}"
+    try:
+        f = sys._getframe(depth)
+    except ValueError:          # called from a shallow stack: start from the outermost frame
+        f = sys._getframe(1)
+    cache = _cache
+    while f is not None:
+        code = f.f_code
+        r = cache.get(code)
+        if r is None:
+            r = _is_user(code)
+        if r:
+            key = (code, f.f_lineno)
+            s = _fmt.get(key)
+            if s is None:
+                s = _fmt[key] = f"{os.path.basename(code.co_filename)}:{f.f_lineno}"
+            return s
+        f = f.f_back
+    return "<backward>"

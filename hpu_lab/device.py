@@ -59,9 +59,19 @@ def _empty_memory_format(size, *, dtype=None, layout=None, device=None, pin_memo
 
 
 def _empty_buffer(size, stride, dtype):
-    """Uninitialised device memory: a lazy ``empty_strided`` node (dead if overwritten whole)."""
-    return lazy.lazy_op(aten.empty_strided.default, (list(size), list(stride)),
-                        {"dtype": dtype, "device": HPU})
+    """Uninitialised device memory: no graph node; host memory is only allocated if it is read
+    before being overwritten (``torch.empty(...).to`` writes it whole, the common case)."""
+    return new_storage_tensor(size, stride, dtype, Inp(None, (size, stride, dtype)))
+
+
+def _copy_from(self, dst, non_blocking=False):
+    """Reached when torch itself bypasses Python dispatch (e.g. ``torch.tensor(..., device="hpu")``)."""
+    lazy.copy_(None, (dst, self, non_blocking), {})
+    return dst
+
+
+def _copy_from_and_resize(self, dst):
+    return _copy_from(self, dst)
 
 
 FACTORIES = [
@@ -90,6 +100,8 @@ def register() -> None:
     _lib = torch.library.Library("aten", "IMPL")
     _lib.impl("empty_strided", _empty_strided, "PrivateUse1")
     _lib.impl("empty.memory_format", _empty_memory_format, "PrivateUse1")
+    _lib.impl("_copy_from", _copy_from, "PrivateUse1")
+    _lib.impl("_copy_from_and_resize", _copy_from_and_resize, "PrivateUse1")
     for f in FACTORIES:
         _lib.impl(f._schema.name.split("::")[1] + ("." + f._overloadname if f._overloadname != "default" else ""),
                   _factory(f), "PrivateUse1")

@@ -154,17 +154,40 @@ class PendingGraph:
             self.inps.append(inp)
         return s
 
-    def add(self, op, args, kwargs, metas, spec, sig_args, sig_kwargs, refs, src):
+    def add(self, op, args, kwargs, metas, spec, sig_args, sig_kwargs, refs, src, opkey=None):
         """Append a node; return its Out objects (one per tensor output)."""
         idx = self.next_index
         self.next_index += 1
-        node = Node(op, args, kwargs, spec, src, idx, (op, sig_args, sig_kwargs), refs, self)
+        node = Node(op, args, kwargs, spec, src, idx,
+                    (opkey or op_key(op), sig_args, sig_kwargs), refs, self)
         node.outs = tuple(Out(node, i, m) for i, m in enumerate(metas))
         self.nodes.append(node)
         return node.outs
 
     def track(self, st) -> None:
         self.written.append(weakref.ref(st))
+
+
+_OPKEY: dict = {}
+_OPKEY_KEEP: list = []
+
+
+def op_key(op) -> str:
+    """A string naming the op, for signatures: hashing an OpOverload runs Python code, a str
+    caches its hash."""
+    k = _OPKEY.get(id(op))
+    if k is None:
+        s = getattr(op, "_schema", None)
+        if s is not None:
+            k = f"{s.name}.{op._overloadname}"
+        elif op in HELPER_NAMES:
+            k = HELPER_NAMES[op]
+        else:
+            k = repr((type(op).__name__, target_name(op), getattr(op, "dtype", None),
+                      getattr(op, "written", None)))
+        _OPKEY[id(op)] = k
+        _OPKEY_KEEP.append(op)      # ids stay valid: the op objects are never freed
+    return k
 
 
 def ref_sig(pg: PendingGraph, r):

@@ -17,7 +17,7 @@ from ._source import user_src
 from .compiler import build, cache
 from .compiler.recipe import GraphKey
 from .compiler.reasons import diff
-from .graph import PendingGraph, ref_sig, view, scatter, restride, InplaceOnClone, CastTo
+from .graph import PendingGraph, ref_sig, op_key, view, scatter, restride, InplaceOnClone, CastTo
 from .runtime import executor, memory
 from .tensor import HPU, HPUTensor, Inp, Out, Storage, new_storage_tensor, storage_extent, _itemsize
 
@@ -53,6 +53,7 @@ S = State()
 
 def _on_config_change():
     S.reload()
+    _HANDLER.clear()
 
 
 config.on_change(_on_config_change)
@@ -229,7 +230,8 @@ def lazy_op(func, args, kwargs):
         na, sg = _walk(v, pg, refs, mkeys)
         nkw[k] = na
         skw.append((k, sg))
-    mkey = (func, tuple(mkeys), tuple(kwargs))
+    ok = op_key(func)
+    mkey = (ok, tuple(mkeys), tuple(kwargs))
     nargs = tuple(nargs)
 
     def compute():
@@ -241,7 +243,7 @@ def lazy_op(func, args, kwargs):
         metas, spec, res_template = ops.cached_meta(mkey, compute)
     except ops.MetaFailure:
         return host_op(func, args, kwargs, f"data-dependent op {ops.op_name(func)}")
-    outs = pg.add(func, nargs, nkw, metas, spec, tuple(sargs), tuple(skw), tuple(refs), _op_src(func))
+    outs = pg.add(func, nargs, nkw, metas, spec, tuple(sargs), tuple(skw), tuple(refs), _op_src(func), ok)
     tensors = [wrap_new(m, o) for m, o in zip(metas, outs)]
     after_op(func)
     if spec is None:
@@ -288,7 +290,7 @@ def inplace_op(func, args, kwargs, info):
         nkw[k] = na
         skw.append((k, sg))
     nargs = tuple(nargs)
-    mkey = (func, tuple(mkeys), tuple(kwargs), "inplace")
+    mkey = (op_key(func), tuple(mkeys), tuple(kwargs), "inplace")
 
     def compute():
         margs = [_meta_arg(a) for a in nargs]
@@ -763,15 +765,42 @@ for _f in ops.RANDOM_INPLACE:
     SPECIAL[_f] = random_inplace
 
 
-def dispatch(func, args, kwargs):
+def _data_dependent(func, args, kwargs):
+    return host_op(func, args, kwargs, f"data-dependent op {ops.op_name(func)}")
+
+
+def _resolve(func):
+    """The handler of an op, decided once per op (dispatch is on every op's path)."""
     h = SPECIAL.get(func)
     if h is not None:
-        return h(func, args, kwargs)
+        return h
     if func in ops.DATA_DEPENDENT:
-        return host_op(func, args, kwargs, f"data-dependent op {ops.op_name(func)}")
+        return _data_dependent
     if ops.is_view(func):
-        return view_op(func, args, kwargs)
-    return lazy_op(func, args, kwargs)
+        return view_op
+    return lazy_op
+
+
+_HANDLER: dict = {}
+_HANDLER_KEEP: list = []
+
+
+def dispatch(func, args, kwargs):
+    h = _HANDLER.get(id(func))
+    if h is None:
+        h = _HANDLER[id(func)] = _resolve(func)
+        _HANDLER_KEEP.append(func)
+    return h(func, args, kwargs)
+
+
+def register_special(func, handler) -> None:
+    """Route ``func`` to ``handler(func, args, kwargs)`` (used by fallback, amp, graphs)."""
+    SPECIAL[func] = handler
+    _HANDLER.pop(id(func), None)
+
+
+def reset_dispatch_cache() -> None:
+    _HANDLER.clear()
 
 
 # ---------------------------------------------------------------- mark_step and synchronize

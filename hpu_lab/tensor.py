@@ -34,6 +34,9 @@ class Inp:
     def get(self, reason: str = "", src: str = ""):
         """The CPU tensor behind this buffer, waiting for the device if needed (a host sync)."""
         t = self.tensor
+        if t is None and self.launch is None:       # empty memory, allocated on first use
+            size, stride, dtype = self.meta
+            t = self.tensor = torch.empty_strided(size, stride, dtype=dtype)
         if t is None:
             self.launch.wait(reason, src)
             t = self.tensor = self.launch.outputs[self.idx]
@@ -66,8 +69,19 @@ class Storage:
             pass
 
 
+_EXTENT: dict = {}
+
+
 def storage_extent(size, stride) -> int:
-    """Elements a dense buffer of this layout spans."""
+    """Elements a dense buffer of this layout spans (cached: it is on every op's path)."""
+    key = (size, stride)
+    n = _EXTENT.get(key)
+    if n is None:
+        n = _EXTENT[key] = _extent(size, stride)
+    return n
+
+
+def _extent(size, stride) -> int:
     if not size:
         return 1
     n = 1
@@ -123,21 +137,16 @@ class HPUTensor(torch.Tensor):
         return object.__format__(self, spec)
 
     def __reduce_ex__(self, proto):
-        # pickling / torch.save: go through the CPU (a host sync), restore onto "hpu"
-        return (_rebuild_on_hpu, (self.detach().cpu(), self.requires_grad))
+        # torch.save / pickle: through the CPU (a host sync); torch.load (weights_only too) puts the
+        # tensor back on "hpu" with torch's own allow-listed rebuild function
+        return (torch._utils._rebuild_device_tensor_from_cpu_tensor,
+                (_to_cpu(self, "torch.save"), self.dtype, "hpu:0", self.requires_grad))
 
 
 _EMPTY: dict = {}
 _dispatch = None       # set by hpu_lab.lazy: the active mode's dispatch function
 _to_cpu = None         # set by hpu_lab.lazy
 _set_reason = None     # set by hpu_lab.lazy
-
-
-def _rebuild_on_hpu(cpu, requires_grad):
-    t = cpu.to(HPU)
-    if requires_grad:
-        t.requires_grad_(True)
-    return t
 
 
 def new_storage_tensor(size, stride, dtype, value) -> HPUTensor:

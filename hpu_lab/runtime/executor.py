@@ -7,6 +7,7 @@ and the user's line; the runtime stays usable.
 """
 from __future__ import annotations
 
+import atexit
 import itertools
 import queue
 import threading
@@ -48,6 +49,8 @@ def _resolve(inp):
     if t is not None:
         return t
     src = inp.launch
+    if src is None:                      # empty memory never written before: allocate it now
+        return inp.get()
     if src.error is not None:
         raise DeviceError(f"input produced by a failed launch: {src.error}")
     return src.outputs[inp.idx]
@@ -141,3 +144,12 @@ def raise_pending_error() -> None:
         err = _errors.pop()
         _errors.clear()
         raise err
+
+
+@atexit.register
+def _drain() -> None:
+    """At exit, let queued device work finish: a worker killed inside a torch kernel aborts."""
+    for s in list(_streams.values()):
+        last = s.last()
+        if last is not None:
+            last.done.wait(timeout=60)

@@ -1,0 +1,34 @@
+"""Shared fixtures: every test starts in lazy mode with fresh metrics and an empty pending graph."""
+import pytest
+import torch
+
+import hpu_lab
+import hpu_lab.core as htcore
+from hpu_lab import config, events, metrics
+
+
+@pytest.fixture(autouse=True)
+def _clean_runtime():
+    config.reload()
+    htcore.mark_step()
+    torch.hpu.synchronize()
+    metrics.reset_all()
+    hpu_lab.compiler.cache.clear()      # each test sees its own first compiles
+    yield
+    config.reload()
+    try:
+        htcore.mark_step()
+        torch.hpu.synchronize()
+    except Exception:
+        pass
+
+
+@pytest.fixture
+def collect():
+    """Collect every event emitted during the test: ``collect.of(events.Compile)``."""
+    with events.Collector() as c:
+        yield c
+
+
+def counts(name):
+    return dict(metrics.metric_global(name).stats())
