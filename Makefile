@@ -1,0 +1,71 @@
+# hpu_lab: the two commands of the README, and what they need.
+#   make lab    set everything up, then open JupyterLab on notebooks/  (PORT=..., IP=... optional)
+#   make test   set everything up, then run the whole test suite (pytest, nbval, browser test)
+#   make bench  set everything up, then run the benchmark
+# Set-up is idempotent and works on a fresh machine: a venv in .venv, torch==2.13.0 (CPU build)
+# installed FIRST -- a bare `torch` requirement resolved with no torch present can pull a multi-GB
+# CUDA build -- then this package, editable, with its lab and test extras. It is redone when
+# pyproject.toml changes (or `rm .venv/.installed`).
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip --disable-pip-version-check --no-input
+TORCH  := torch==2.13.0
+# Tools run from the venv (jupyter, and anything the tests start) must come first on PATH.
+RUN    := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" VIRTUAL_ENV="$(CURDIR)/$(VENV)"
+# Extra pytest arguments, e.g. make test PYTEST_ARGS='-m "not browser" -x'
+PYTEST_ARGS ?=
+
+.PHONY: help setup lab test bench chromium
+.DEFAULT_GOAL := help
+
+help:
+	@echo "make lab    set up, then open JupyterLab on notebooks/ (optional PORT=8888 IP=127.0.0.1)"
+	@echo "make test   set up, then run pytest on tests/ (browser test included) and nbval on notebooks/"
+	@echo "make bench  set up, then run python -m hpu_lab.bench"
+
+setup: $(VENV)/.installed chromium
+
+$(VENV)/.installed: pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "hpu_lab needs Python >= 3.11; run: make PYTHON=python3.11 ...")'
+	@echo "== creating $(VENV) with $$($(PYTHON) --version)"
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	@echo "== installing $(TORCH) (CPU build) first"
+	$(PIP) install -q --progress-bar off $(TORCH)
+	@echo "== installing hpu_lab (editable) with its lab and test extras"
+	$(PIP) install -q --progress-bar off -e '.[lab,test]'
+	@touch $@
+
+# Debian's Chromium, for the real-browser test (playwright drives /usr/bin/chromium; no browser
+# download). Needs root; elsewhere warn, and the browser test skips itself.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "== installing Debian's chromium for the browser test"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+	      || echo "WARNING: could not install chromium; the browser test will be skipped"; \
+	  else \
+	    echo "WARNING: chromium not found and not root: install it (apt-get install chromium)" \
+	         "or the browser test will be skipped"; \
+	  fi; }
+
+lab: setup
+	$(RUN) $(VENV)/bin/jupyter lab --notebook-dir=notebooks --no-browser \
+	  $(if $(PORT),--port=$(PORT)) $(if $(IP),--ServerApp.ip=$(IP)) \
+	  $(if $(filter 0,$(shell id -u)),--allow-root)
+
+# Both suites run even if the first fails, so one run shows every failure; the exit code is the
+# first failure's.
+test: setup
+	@status=0; \
+	$(RUN) $(PY) -m pytest tests/ $(PYTEST_ARGS) || status=$$?; \
+	if ls notebooks/*.ipynb >/dev/null 2>&1; then \
+	  $(RUN) $(PY) -m pytest --nbval --nbval-sanitize-with notebooks/sanitize.cfg notebooks/ \
+	    $(PYTEST_ARGS) || { rc=$$?; [ $$status != 0 ] || status=$$rc; }; \
+	else echo "== no notebooks yet: nbval skipped"; fi; \
+	exit $$status
+
+bench: setup
+	$(RUN) $(PY) -m hpu_lab.bench
