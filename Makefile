@@ -17,7 +17,8 @@ RUN    := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" VIRTUAL_ENV="$(CURDIR)/$(VENV)"
 # Extra pytest arguments, e.g. make test PYTEST_ARGS='-m "not browser" -x'
 PYTEST_ARGS ?=
 
-.PHONY: help setup lab test bench chromium
+.PHONY: help setup lab test bench chromium FORCE
+FORCE:
 .DEFAULT_GOAL := help
 
 help:
@@ -27,7 +28,16 @@ help:
 
 setup: $(VENV)/.installed chromium
 
-$(VENV)/.installed: pyproject.toml
+# The editable install maps the top-level packages that exist when it runs; a package that appears
+# later (say widgets/) is importable from the notebooks only after reinstalling. So the list of
+# top-level packages is kept in .venv/.packages, rewritten only when it changes.
+TOP_PACKAGES := $(sort $(patsubst %/__init__.py,%,$(wildcard hpu_lab/__init__.py widgets/__init__.py)))
+
+$(VENV)/.packages: FORCE
+	@mkdir -p $(VENV)
+	@echo '$(TOP_PACKAGES)' | cmp -s - $@ || echo '$(TOP_PACKAGES)' > $@
+
+$(VENV)/.installed: pyproject.toml $(VENV)/.packages
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "hpu_lab needs Python >= 3.11; run: make PYTHON=python3.11 ...")'
 	@echo "== creating $(VENV) with $$($(PYTHON) --version)"
 	$(PYTHON) -m venv $(VENV)
