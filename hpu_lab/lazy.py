@@ -74,10 +74,13 @@ def read_ref(t):
     """A reference to t's current value: an Out, an Inp, or a new view node over the storage."""
     st = t._st
     v = st.value
+    if S.capture is not None and type(v) is Inp:
+        S.capture.saw(v, st)           # replay reads this storage's value then (graphs/)
     if t._offset == 0 and t._size == st.size and t._stride == st.stride:
         return v
     rc = t._rc
-    if rc is not None and rc[0] is v:
+    # the cached view node is only valid in the graph that is still pending (not after a flush)
+    if rc is not None and rc[0] is v and rc[1].node.graph is S.pg and rc[1].node.launched is None:
         return rc[1]
     pg = S.pg
     sig = (ref_sig(pg, v), t._size, t._stride, t._offset, st.stride)
@@ -87,10 +90,13 @@ def read_ref(t):
     return r
 
 
-def write(t, r) -> None:
-    """t's elements now hold value r (an Out or Inp with t's shape and dtype)."""
+def write(t, r, op: str = "") -> None:
+    """t's elements now hold value r (an Out or Inp with t's shape and dtype); ``op`` names the
+    writing op for errors."""
     st = t._st
     pg = S.pg
+    if S.capture is not None and not _full(t):
+        S.capture.refuse_view_write(t, op or "in-place op", _src())   # seed 001: unsupported
     if _full(t):
         if r.meta[1] != st.stride and r.meta[0] == st.size and storage_extent(st.size, st.stride) > 1:
             (r,) = pg.add(restride, (r, st.size, st.stride), {}, [(st.size, st.stride, st.dtype)], None,
@@ -98,6 +104,8 @@ def write(t, r) -> None:
         st.value = r
     else:
         base = st.value
+        if S.capture is not None and type(base) is Inp:
+            S.capture.saw(base, st)
         (r2,) = pg.add(scatter, (base, r, t._size, t._stride, t._offset, st.stride), {},
                        [(st.size, st.stride, st.dtype)], None,
                        (ref_sig(pg, base), ref_sig(pg, r), t._size, t._stride, t._offset, st.stride),
@@ -109,15 +117,19 @@ def write(t, r) -> None:
     t._rc = None
 
 
-def write_concrete(t, cpu_tensor, regen=None) -> None:
+def write_concrete(t, cpu_tensor, regen=None, op: str = "") -> None:
     """t's elements now hold a host tensor already on the device (an H2D copy or a host draw)."""
     st = t._st
     if _full(t) and tuple(cpu_tensor.stride()) == st.stride and cpu_tensor.storage_offset() == 0:
-        st.value = Inp(cpu_tensor, (st.size, st.stride, st.dtype), regen=regen)
+        st.value = inp = Inp(cpu_tensor, (st.size, st.stride, st.dtype), regen=regen)
+        if S.capture is not None:
+            S.capture.created(inp)      # a constant of the graph, or redrawn at replay (regen)
         t._rc = None
         return
-    write(t, Inp(cpu_tensor, (tuple(cpu_tensor.shape), tuple(cpu_tensor.stride()), cpu_tensor.dtype),
-                 regen=regen))
+    inp = Inp(cpu_tensor, (tuple(cpu_tensor.shape), tuple(cpu_tensor.stride()), cpu_tensor.dtype), regen=regen)
+    if S.capture is not None:
+        S.capture.created(inp)
+    write(t, inp, op)
 
 
 def wrap_new(meta, value) -> HPUTensor:
@@ -321,7 +333,7 @@ def inplace_op(func, args, kwargs, info):
     outs = pg.add(op, nargs, nkw, metas, spec, tuple(sargs), tuple(skw), tuple(refs), _op_src(func))
     flat_targets = [x for t in targets for x in (t if isinstance(t, (list, tuple)) else [t])]
     for t, o in zip(flat_targets, outs):
-        write(t, o)
+        write(t, o, ops.op_name(func))
     after_op(func)
     if func._schema.returns:
         return targets[0] if len(targets) == 1 else tuple(targets)
@@ -424,7 +436,8 @@ def flush(trigger: str, src: str, needed=None):
                                   node_count=len(nodes), input_count=len(externals),
                                   output_count=len(outs), trigger=trigger, src=src))
         recipe = get_recipe(key, nodes, externals, outs, site)
-        launch = launch_recipe(recipe, externals)
+        cap = S.capture
+        launch = launch_recipe(recipe, externals) if cap is None else cap.launch(recipe, externals)
         # rebind: the outputs now live in device buffers that this launch produces
         produced = {}
         for k, o in enumerate(outs):
@@ -436,6 +449,8 @@ def flush(trigger: str, src: str, needed=None):
                 new = produced.get(id(st.value))
                 if new is not None:
                     st.value = new
+        if cap is not None:
+            cap.on_flush(recipe, externals, produced, pg.written)   # what replay binds and rebinds
         if in_subset is None:
             S.pg = PendingGraph()
         else:
@@ -521,6 +536,10 @@ def launch_recipe(recipe, externals, stream=None):
     """Check memory, then queue the recipe on the device; return at once."""
     memory.reserve_transient(recipe.peak_bytes, f"recipe {recipe.short_key} ({recipe.node_count} nodes)")
     s = executor.stream(S.stream if stream is None else stream)
+    for inp in externals:
+        src_launch = inp.launch
+        if src_launch is not None and src_launch.stream != s.index and not src_launch.done.is_set():
+            s.submit_fn(src_launch.done.wait)    # cross-stream dependency: wait, never read too early
     launch = executor.Launch(recipe, list(externals), s.index)
     recipe.launches += 1
     if ev.wants(ev.Launch):
@@ -548,6 +567,8 @@ def to_cpu(t, reason: str):
     reason = S.sync_reason or reason
     S.sync_reason = None
     src = user_src(3)
+    if S.capture is not None:
+        S.capture.refuse(reason, src)       # "<op> is not supported during HPU Graph capturing"
     inp = materialize(t, reason, src)
     st = t._st
     if inp.tensor is None:
@@ -594,15 +615,20 @@ def host_op(func, args, kwargs, reason):
     info = ops.inplace_info(func)
     res = func(*cargs, **ckw)
     if info is not None and info[0]:
+        # write the mutated args back; a result that *is* a mutated arg returns the hpu arg
+        back = {}
         for i in info[0]:
-            tgt = args[i]
-            new = cargs[i]
+            tgt, new = args[i], cargs[i]
             if isinstance(tgt, (list, tuple)):
                 for x, y in zip(tgt, new):
                     write_concrete(x, y)
             else:
                 write_concrete(tgt, new)
-        return args[info[0][0]] if func._schema.returns else None
+                back[id(new)] = tgt
+        if not func._schema.returns:
+            return None
+        if isinstance(res, torch.Tensor) and id(res) in back:
+            return back[id(res)]
     return to_hpu_result(res)
 
 
@@ -623,13 +649,13 @@ def copy_(func, args, kwargs):
     if isinstance(dst, HPUTensor):
         if isinstance(src_t, HPUTensor):
             r = lazy_op(aten.copy.default, (dst, src_t), {})   # functional copy (broadcast + cast)
-            write(dst, _value_ref(r))
+            write(dst, _value_ref(r), "aten::copy_")
             return dst
         # host -> device: the DMA happens now
         t0 = ev.now()
         val = torch.empty_strided(dst._size, dst._stride, dtype=dst.dtype)
         val.copy_(src_t)
-        write_concrete(dst, val)
+        write_concrete(dst, val, op="aten::copy_")
         if ev.wants(ev.HostToDevice):
             ev.emit(ev.HostToDevice(t0, ev.now(), "host", ev.recorder.step,
                                     nbytes=val.numel() * val.element_size(), src=user_src(3)))
@@ -679,6 +705,10 @@ def view_op(func, args, kwargs):
 
     def compute():
         res = ops.run_meta(func, margs, dict(kwargs))
+        for r in (res if isinstance(res, (list, tuple)) else [res]):
+            if r.is_conj() or r.is_neg():
+                raise NotImplementedError(f"{ops.op_name(func)}: conjugate/negative views are not "
+                                          "supported on hpu in hpu_lab; call .resolve_conj() first")
         if isinstance(res, torch.Tensor):
             return [(tuple(res.shape), tuple(res.stride()), res.storage_offset(), res.dtype)], True
         return [(tuple(r.shape), tuple(r.stride()), r.storage_offset(), r.dtype) for r in res], False
@@ -702,7 +732,7 @@ def random_inplace(func, args, kwargs):
         buf = torch.empty_strided(t._size, t._stride, dtype=t.dtype)
         return func(buf, *args[1:], **kwargs)
 
-    write_concrete(t, draw(), regen=draw)
+    write_concrete(t, draw(), regen=draw, op=ops.op_name(func))
     return t
 
 
@@ -721,6 +751,8 @@ def native_dropout(func, args, kwargs):
 
     noise = new_storage_tensor(size, _contig(size), x.dtype, None)
     noise._st.value = Inp(draw(), (size, _contig(size), x.dtype), regen=draw)
+    if S.capture is not None:
+        S.capture.created(noise._st.value)
     out = lazy_op(aten.mul.Tensor, (x, noise), {})
     mask = lazy_op(aten.ne.Scalar, (noise, 0), {})
     return out, mask
@@ -750,6 +782,21 @@ def lift_fresh(func, args, kwargs):
     return args[0]
 
 
+def inplace_view(func, args, kwargs):
+    # squeeze_, transpose_, as_strided_...: they change a tensor's shape in place, which a
+    # wrapper tensor cannot do; fail loudly rather than compute with the old shape
+    raise NotImplementedError(
+        f"{ops.op_name(func)}: in-place view ops (changing a tensor's shape in place) are not supported "
+        f"on hpu in hpu_lab; use the out-of-place form ({ops.op_name(func).rstrip('_')})")
+
+
+def physical(op):
+    """conj/neg views carry a bit the wrapper cannot hold: compute them as new tensors instead."""
+    def handler(func, args, kwargs):
+        return lazy_op(op, args, kwargs)
+    return handler
+
+
 SPECIAL = {
     aten.copy_.default: copy_,
     aten._to_copy.default: to_copy,
@@ -760,6 +807,8 @@ SPECIAL = {
     aten.set_.source_Storage: set_,
     aten.set_.source_Storage_storage_offset: set_,
     aten.lift_fresh.default: lift_fresh,
+    aten._conj.default: physical(aten.conj_physical.default),
+    aten._neg_view.default: physical(aten.neg.default),
 }
 for _f in ops.RANDOM_INPLACE:
     SPECIAL[_f] = random_inplace
@@ -769,6 +818,11 @@ def _data_dependent(func, args, kwargs):
     return host_op(func, args, kwargs, f"data-dependent op {ops.op_name(func)}")
 
 
+def _random_on_host(func, args, kwargs):
+    # drawn on the host from torch's default generator, in program order: same numbers as CPU
+    return host_op(func, args, kwargs, f"random op {ops.op_name(func)} (drawn on the host)")
+
+
 def _resolve(func):
     """The handler of an op, decided once per op (dispatch is on every op's path)."""
     h = SPECIAL.get(func)
@@ -776,8 +830,13 @@ def _resolve(func):
         return h
     if func in ops.DATA_DEPENDENT:
         return _data_dependent
+    if torch.Tag.nondeterministic_seeded in getattr(func, "tags", ()):
+        return _random_on_host
+    info = ops.inplace_info(func)
     if ops.is_view(func):
-        return view_op
+        return inplace_view if info is not None and info[0] else view_op
+    if info is not None and info[2] is not None and ops.is_view(info[2]):
+        return inplace_view          # squeeze_, t_, transpose_: the functional twin is a view
     return lazy_op
 
 
