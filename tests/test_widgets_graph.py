@@ -1,0 +1,111 @@
+"""The graph view: networkx conversion, colours, collapsing, layout and the drawn figure."""
+import matplotlib
+
+matplotlib.use("Agg")
+
+import networkx as nx  # noqa: E402
+
+from hpu_lab import events as ev  # noqa: E402
+from test_widgets_fixtures import chain_summary, mlp_summary  # noqa: E402
+from widgets import graph_view as gv  # noqa: E402
+from widgets.common import COLORS  # noqa: E402
+
+
+def test_to_networkx_nodes_edges_attributes():
+    s = mlp_summary()
+    G = gv.to_networkx(s)
+    assert G.number_of_nodes() == len(s.nodes) == 11
+    assert G.number_of_edges() == len(s.edges) == 11
+    assert G.nodes[4]["op"] == "aten::addmm" and G.nodes[4]["short"] == "addmm"
+    assert G.nodes[4]["label"] == "addmm\n32\u00d7128"
+    assert [G.nodes[i]["label"].split("\n")[0] for i in (0, 1, 2)] == ["input 0", "input 1", "input 2"]
+    assert nx.is_directed_acyclic_graph(G)
+
+
+def test_colours_by_engine_and_kind():
+    G = gv.to_networkx(mlp_summary(cast=True, fallback=True))
+    assert G.nodes[4]["color"] == COLORS["MME"]
+    assert G.nodes[5]["color"] == COLORS["TPC"]
+    assert G.nodes[9]["color"] == COLORS["CPU"] and "(CPU)" in G.nodes[9]["label"]
+    assert G.nodes[0]["kind"] == "input" and G.nodes[0]["color"] == COLORS["input"]
+    assert G.nodes[10]["kind"] == "output"
+    assert G.nodes[3]["kind"] == "view"
+    assert G.nodes[8]["kind"] == "cast" and G.nodes[8]["label"].startswith("cast \u2192 bfloat16")
+
+
+def test_collapse_merges_clusters_and_drops_views_and_terminals():
+    G = gv.to_networkx(mlp_summary())
+    H = gv.collapse(G)
+    assert "cluster:0" in H
+    assert H.nodes["cluster:0"]["members"] == [5, 6, 7]
+    assert "fused \u00d73" in H.nodes["cluster:0"]["label"]
+    assert not any(d["kind"] in ("view", "input", "output") for _, d in H.nodes(data=True))
+    assert H.has_edge(4, "cluster:0") and H.has_edge("cluster:0", 8)
+    assert nx.is_directed_acyclic_graph(H)
+
+
+def test_collapse_keeps_a_cluster_that_would_make_a_cycle():
+    N = ev.NodeInfo
+    # 1 and 3 in one cluster, but 1 -> 2 (not in it) -> 3: merging would make a cycle
+    s = ev.GraphSummary((N(0, "input"), N(1, "aten::mul", cluster=0), N(2, "aten::mm", engine="MME"),
+                         N(3, "aten::add", cluster=0), N(4, "output")), ((0, 1), (1, 2), (2, 3), (1, 3), (3, 4)))
+    H = gv.collapse(gv.to_networkx(s))
+    assert "cluster:0" not in H and {1, 2, 3} <= set(H.nodes)
+
+
+def test_layout_left_to_right_and_no_overlap():
+    G = gv.split_terminals(gv.to_networkx(mlp_summary()))
+    pos, routes = gv.layered_layout(G)
+    for a, b in G.edges:
+        assert pos[a][0] < pos[b][0]          # every edge points right
+    seen = {}
+    for v, (x, y) in pos.items():
+        for (x2, y2) in seen.values():
+            assert not (x == x2 and abs(y - y2) < 0.99)
+        seen[v] = (x, y)
+    for (a, b), way in routes.items():
+        assert [p[0] for p in way] == list(range(int(pos[a][0]) + 1, int(pos[b][0])))
+
+
+def test_split_terminals_one_box_per_use():
+    s = mlp_summary()
+    D = gv.split_terminals(gv.to_networkx(s))
+    outputs = [v for v, d in D.nodes(data=True) if d["kind"] == "output"]
+    assert len(outputs) == 2                 # node 10 returns two tensors (9 and 8)
+    assert all(D.in_degree(v) == 1 for v in outputs)
+
+
+def test_draw_graph_artists():
+    s = mlp_summary(cast=True, fallback=True)
+    fig = gv.draw_graph(s, title="recipe k0")
+    ax = fig.axes[0]
+    nodes = [t for t in ax.texts if (t.get_gid() or "").startswith("node ")]
+    D = gv.split_terminals(gv.to_networkx(s))
+    assert len(nodes) == D.number_of_nodes()
+    assert any(p.get_gid() == "cluster 0" for p in ax.patches)
+    title = ax.get_title(loc="left")
+    assert title.startswith("recipe k0") and "1 on MME" in title and "1 CPU fallback" in title
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    for want in ("MME (matrix engine)", "TPC (vector cores)", "CPU fallback", "fusion cluster",
+                 "cast (toothed border)", "graph input / output", "view (no kernel)"):
+        assert want in legend
+
+
+def test_draw_graph_collapses_big_graphs_automatically():
+    big = chain_summary(60)
+    fig = gv.draw_graph(big)
+    ax = fig.axes[0]
+    assert "collapsed" in ax.get_title(loc="left")
+    nodes = [t for t in ax.texts if (t.get_gid() or "").startswith("node ")]
+    assert len(nodes) == gv.collapse(gv.to_networkx(big)).number_of_nodes() < 30
+    fig = gv.draw_graph(big, collapse_clusters=False)
+    nodes = [t for t in fig.axes[0].texts if (t.get_gid() or "").startswith("node ")]
+    assert len(nodes) == 62
+    small = gv.draw_graph(chain_summary(10))
+    assert "collapsed" not in small.axes[0].get_title(loc="left")
+
+
+def test_draw_graph_renders_png(tmp_path):
+    fig = gv.draw_graph(mlp_summary())
+    fig.savefig(tmp_path / "g.png")
+    assert (tmp_path / "g.png").stat().st_size > 1000

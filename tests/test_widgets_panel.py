@@ -1,0 +1,193 @@
+"""The section panel (headless), the throttled live refresh, section() without IPython, the magic."""
+import threading
+import time
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pytest  # noqa: E402
+
+import widgets  # noqa: E402
+from hpu_lab import events as ev  # noqa: E402
+from test_widgets_fixtures import MS, Sim, host_bound_loop  # noqa: E402
+from widgets import panel as pn  # noqa: E402
+from widgets import recording  # noqa: E402
+
+
+def test_panel_has_five_tabs_and_fills_them():
+    evs = host_bound_loop(steps=4, shapes_vary=True)
+    p = widgets.SectionPanel("Lazy loop", list(evs))
+    assert tuple(p.tab.titles) == ("Graph", "Timeline", "Recompiles", "Metrics", "Advice")
+    assert len(p.tab.children) == 5
+    p.refresh()
+    for name, out in p.outputs.items():
+        assert len(out.outputs) == 1, name
+    assert "image/png" in p.outputs["Graph"].outputs[0]["data"]
+    assert "image/png" in p.outputs["Timeline"].outputs[0]["data"]
+    assert "shape changed" in p.outputs["Recompiles"].outputs[0]["data"]["text/html"]
+    assert "compiles" in p.outputs["Metrics"].outputs[0]["data"]["text/html"]
+    assert "host-bound" in p.outputs["Advice"].outputs[0]["data"]["text/html"]
+    assert p.stats["refreshes"] == 1 and p.stats["events"] == len(evs)
+
+
+def test_graph_selector_lists_each_recipe_once():
+    evs = host_bound_loop(steps=4, shapes_vary=True)      # recipes k0, k1, k3 (k0 launched twice)
+    p = widgets.SectionPanel("", list(evs))
+    p.refresh()
+    labels = [label for label, _ in p.graph_select.options]
+    assert len(labels) == 3
+    assert labels[0].startswith("1. recipe k0") and "launched \u00d72" in labels[0] and "first compile" in labels[0]
+    assert "shape changed" in labels[1]
+    first = p.outputs["Graph"].outputs[0]["data"]["image/png"]
+    p.graph_select.value = 1
+    assert p.outputs["Graph"].outputs[0]["data"]["image/png"] != first
+    p.collapse_select.value = "collapsed"
+    assert p._graph_key[1] == "collapsed"
+
+
+def test_graph_from_launch_of_a_recipe_compiled_before_the_section():
+    s = Sim()
+    s.keys_seen["old"] = 5
+    s.op()
+    s.mark_step(key="old", summary=None)
+    graphs = pn.graphs_seen(s.events)
+    assert len(graphs) == 1 and "cached before this section" in graphs[0][0]
+
+
+def test_step_slider_zooms_the_timeline(monkeypatch):
+    calls = []
+    real = pn.draw_timeline
+    monkeypatch.setattr(pn, "draw_timeline", lambda events, step_range=None, **kw: calls.append(step_range)
+                        or real(events, step_range=step_range, **kw))
+    p = widgets.SectionPanel("", list(host_bound_loop(steps=6)))
+    p.refresh()
+    assert (p.step_range.min, p.step_range.max) == (0, 5) and calls[-1] is None
+    p.step_range.value = (2, 3)
+    assert calls[-1] == (2, 3)
+
+
+def test_live_refresh_is_throttled_and_measured():
+    p = widgets.SectionPanel("live", min_interval=0.05, budget=0.5)
+    p.attach(live=True)
+    try:
+        src = host_bound_loop(steps=3)
+        t_end = time.perf_counter() + 0.4
+        while time.perf_counter() < t_end:
+            for e in src[:50]:
+                ev.emit(e)
+            time.sleep(0.01)
+    finally:
+        p.finalize()
+    s = p.stats
+    assert s["live_refreshes"] >= 1
+    # with at least 50 ms between redraws, 0.4 s leave room for at most 8 of them
+    assert s["live_refreshes"] <= 9
+    assert s["refreshes"] == s["live_refreshes"] + 1          # + the final full redraw
+    assert s["wall_s"] >= 0.4 and 0 < p.overhead() <= 1
+    assert "live redraws" in p.status.value and "finished" in p.status.value
+
+
+def test_no_live_refresh_from_other_threads():
+    p = widgets.SectionPanel("", min_interval=0.0)
+    p.attach(live=True)
+    p._next_allowed = 0.0
+    try:
+        t = threading.Thread(target=lambda: ev.emit(ev.DeviceExecution(0, MS, "hpu:0", 0, launch_id=1)))
+        t.start()
+        t.join()
+    finally:
+        p.detach()
+    assert len(p.events) == 1 and p.stats["refreshes"] == 0
+
+
+def test_section_without_ipython_collects_only_its_block():
+    assert not recording.in_kernel()
+    ev.emit(ev.MarkStep(0, 1, "host", 0))                  # before: not collected
+    with widgets.section("Training loop") as s:
+        for e in host_bound_loop(steps=2):
+            ev.emit(e)
+    ev.emit(ev.MarkStep(0, 1, "host", 0))                  # after: not collected
+    assert len(s.events) == len(host_bound_loop(steps=2))
+    assert s._panel is None                                  # nothing displayed, nothing built
+    assert widgets.sections[-1] is s
+    assert s.metrics["steps"] == 2 and s.metrics["compiles"] == 1
+    assert s.verdict.bound == "host-bound" and s.advice
+    assert "Training loop: 2 steps" in s.summary()
+    assert s.timeline().axes
+    assert len(s.panel.tab.children) == 5 and s.panel.outputs["Advice"].outputs
+
+
+def test_section_waits_for_launches_still_on_the_device():
+    with widgets.section("async") as s:
+        ev.emit(ev.Launch(0, 0, "host", 0, launch_id=99))
+
+        def finish_later():
+            time.sleep(0.05)
+            ev.emit(ev.DeviceExecution(0, MS, "hpu:0", 0, launch_id=99))
+        threading.Thread(target=finish_later).start()
+    assert [e.kind for e in s.events] == ["Launch", "DeviceExecution"]
+
+
+def test_section_records_even_when_the_block_raises():
+    with pytest.raises(ValueError):
+        with widgets.section("broken") as s:
+            ev.emit(ev.MarkStep(0, 1, "host", 0))
+            raise ValueError("boom")
+    assert len(s.events) == 1 and widgets.sections[-1] is s
+
+
+def test_section_with_panel_outside_a_kernel(monkeypatch):
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
+    with widgets.section("shown", display=True, min_interval=10) as s:
+        for e in host_bound_loop(steps=2):
+            ev.emit(e)
+    assert shown == [s._panel.widget] and s._panel.finished
+    assert all(out.outputs for out in s._panel.outputs.values())
+
+
+def test_magic_line_parsing():
+    assert widgets._parse_magic_line('"Training loop with capture" --as cap') == ("Training loop with capture", "cap", True)
+    assert widgets._parse_magic_line("Lazy mode --no-live") == ("Lazy mode", None, False)
+
+
+def test_cell_magic_in_an_ipython_shell():
+    from IPython.testing.globalipapp import get_ipython
+    ip = get_ipython()
+    widgets.load_ipython_extension(ip)
+    ip.user_ns["emit_loop"] = lambda: [ev.emit(e) for e in host_bound_loop(steps=2)]
+    ip.run_cell_magic("hpu_section", '"From a magic" --as sec', "emit_loop()")
+    s = ip.user_ns["sec"]
+    assert s.title == "From a magic" and s.metrics["steps"] == 2
+    with pytest.raises(widgets.SectionCellError, match="ZeroDivisionError"):
+        ip.run_cell_magic("hpu_section", "failing", "1/0")
+    assert widgets.sections[-1].title == "failing"
+
+
+def test_compare_widget():
+    a = recording.Section("lazy")
+    a.events = host_bound_loop(steps=3)
+    box = widgets.compare([a, ("other", host_bound_loop(steps=2))])
+    assert "<table" in box.children[0].value and "lazy" in box.children[0].value
+    assert "image/png" in box.children[1].outputs[0]["data"]
+
+
+def test_with_the_real_runtime():
+    """The views read what the emulator really emits (a tiny lazy loop)."""
+    import torch
+    import hpu_lab.core as htcore
+    with widgets.section("real") as s:
+        w = torch.ones(4, 4).to("hpu")
+        for i in range(3):
+            x = torch.full((2, 4), float(i)).to("hpu")
+            y = (x @ w).relu().sum()
+            htcore.mark_step()
+            y.item()
+    m = s.metrics
+    assert m["steps"] == 3 and m["compiles"] >= 1 and m["cache hits"] >= 1
+    assert m["syncs by reason"].get(".item()") == 3
+    rows = widgets.timeline_rows(s.events)
+    assert any(r.kind == "execute" and r.lane == "hpu:0" for r in rows)
+    assert widgets.graphs_seen(s.events)
+    widgets.draw_graph(widgets.graphs_seen(s.events)[0][1])

@@ -1,0 +1,77 @@
+"""hpu_lab's visualiser: views over the event stream (graph, timeline, recompiles, metrics, advice).
+
+    import widgets
+    with widgets.section("Training loop with capture and replay") as s:
+        train()                                   # panel shown and redrawn live in Jupyter
+    s.advice, s.metrics, s.timeline()             # the same views, also outside Jupyter
+    widgets.compare(widgets.sections)             # sections side by side
+
+    %load_ext widgets
+    %%hpu_section "Lazy mode" --as lazy           # the same, as a cell magic
+
+Views are pure functions of a list of events (``draw_graph``, ``draw_timeline``, ``timeline_rows``,
+``verdict``, ``recompile_rows``, ``cache_per_step``, ``advise``, ``section_metrics``); widgets only
+hold state. widgets imports hpu_lab; hpu_lab never imports widgets.
+"""
+from __future__ import annotations
+
+import shlex
+
+from .advisor import advise
+from .comparison import compare, compare_rows, draw_compare
+from .graph_view import draw_graph, to_networkx
+from .metrics_view import section_metrics
+from .panel import SectionPanel, graphs_seen
+from .recompiles import cache_per_step, recompile_rows, recompiles_html
+from .recording import Section, in_kernel, section, sections
+from .timeline import Bar, draw_timeline, timeline_rows, verdict
+
+__all__ = ["advise", "compare", "compare_rows", "draw_compare", "draw_graph", "to_networkx", "section_metrics",
+           "SectionPanel", "graphs_seen", "cache_per_step", "recompile_rows", "recompiles_html", "Section",
+           "section", "sections", "Bar", "draw_timeline", "timeline_rows", "verdict", "load_ipython_extension",
+           "hpu_section"]
+
+
+def _parse_magic_line(line: str):
+    """'"Training loop" --as lazy --no-live' -> (title, name, live)."""
+    words = shlex.split(line)
+    title, name, live = [], None, True
+    i = 0
+    while i < len(words):
+        w = words[i]
+        if w == "--as" and i + 1 < len(words):
+            name = words[i + 1]
+            i += 2
+            continue
+        if w == "--no-live":
+            live = False
+        else:
+            title.append(w)
+        i += 1
+    return " ".join(title), name, live
+
+
+def hpu_section(line: str, cell: str):
+    """%%hpu_section "title" [--as NAME] [--no-live]: run the cell inside ``section(title)``."""
+    from IPython import get_ipython
+    ip = get_ipython()
+    title, name, live = _parse_magic_line(line)
+    with section(title, live=live) as s:
+        result = ip.run_cell(cell)
+    if name:
+        ip.user_ns[name] = s
+    err = result.error_in_exec or result.error_before_exec
+    if err is not None:      # already shown by run_cell: fail the cell without a second traceback
+        raise SectionCellError(f"{type(err).__name__}: {err}") from err
+
+
+class SectionCellError(Exception):
+    """Raised by %%hpu_section when its cell failed (so the cell counts as failed)."""
+
+    def _render_traceback_(self):  # IPython shows this instead of a second full traceback
+        return [f"(the error above was raised inside %%hpu_section: {self})"]
+
+
+def load_ipython_extension(ip) -> None:
+    """``%load_ext widgets`` registers the %%hpu_section cell magic."""
+    ip.register_magic_function(hpu_section, magic_kind="cell", magic_name="hpu_section")

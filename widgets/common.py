@@ -1,0 +1,103 @@
+"""Small helpers every view shares: time origin, the step of an event, short names, colours.
+
+Everything here is a pure function of a list of ``hpu_lab.events`` dataclasses.
+"""
+from __future__ import annotations
+
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+from hpu_lab import events as ev
+
+# One palette for every view, so "MME orange" means the same thing on the graph and the legend.
+COLORS = {
+    "MME": "#f28e2b",          # matrix engine: matmul / conv
+    "TPC": "#4e79a7",          # tensor processor cores: everything else
+    "CPU": "#e15759",          # CPU fallback
+    "view": "#a0cbe8",         # alias of another tensor: no kernel runs
+    "input": "#d4d4d4",
+    "output": "#9d9d9d",
+    "cast": "#b07aa1",
+    # timeline kinds
+    "trace": "#59a14f",        # ops accumulated by Python (lazy tracing)
+    "graph build": "#8cd17d",
+    "cache lookup": "#b6992d",
+    "compile": "#f1ce63",
+    "launch": "#4e79a7",
+    "host sync": "#e15759",
+    "copy H2D": "#79706e",
+    "collective": "#d37295",
+    "capture": "#ff9d9a",
+    "replay": "#a0cbe8",
+    "execute": "#f28e2b",
+    "idle": "#eeeeee",
+    "error": "#000000",
+    "first compile": "#4e79a7",
+    "recompile": "#e15759",
+}
+
+
+def ns_origin(events: Sequence[ev.Event]) -> int:
+    """The earliest ``t_start`` of the list (the zero of every "ms since section start" axis)."""
+    return min((e.t_start for e in events), default=0)
+
+
+def ms(t_ns: int, t0: int) -> float:
+    return (t_ns - t0) / 1e6
+
+
+def launch_steps(events: Iterable[ev.Event]) -> Dict[int, int]:
+    """launch_id -> the step in which the host launched it."""
+    return {e.launch_id: e.step for e in events if isinstance(e, ev.Launch)}
+
+
+def step_of(e: ev.Event, launches: Dict[int, int]) -> int:
+    """The step an event belongs to. A device execution belongs to the step that launched it
+    (the executor may finish it while the host is already tracing the next step)."""
+    if isinstance(e, ev.DeviceExecution):
+        return launches.get(e.launch_id, e.step)
+    return e.step
+
+
+def in_steps(events: Sequence[ev.Event], step_range: Optional[Tuple[int, int]]) -> List[ev.Event]:
+    """The events whose step lies in the inclusive ``step_range`` (all of them if None)."""
+    if step_range is None:
+        return list(events)
+    lo, hi = step_range
+    launches = launch_steps(events)
+    return [e for e in events if lo <= step_of(e, launches) <= hi]
+
+
+def short_op(op: str) -> str:
+    """'aten::addmm' -> 'addmm'; 'aten::_log_softmax_backward_data' -> '_log_softmax_bwd_data'."""
+    name = op.split("::", 1)[-1]
+    return name.replace("backward", "bwd")
+
+
+def short_key(key: str, n: int = 8) -> str:
+    return key[:n]
+
+
+def fmt_shape(shape: Sequence[int]) -> str:
+    if not shape:
+        return "scalar"
+    return "\u00d7".join(str(s) for s in shape)
+
+
+def steps_seen(events: Sequence[ev.Event]) -> List[int]:
+    """Sorted distinct steps of the list (by the events' own step)."""
+    return sorted({e.step for e in events})
+
+
+def union_ns(intervals: Iterable[Tuple[int, int]]) -> int:
+    """Total length of the union of [a, b) intervals."""
+    total, cur_a, cur_b = 0, None, None
+    for a, b in sorted(intervals):
+        if cur_b is None or a > cur_b:
+            if cur_b is not None:
+                total += cur_b - cur_a
+            cur_a, cur_b = a, b
+        else:
+            cur_b = max(cur_b, b)
+    if cur_b is not None:
+        total += cur_b - cur_a
+    return total

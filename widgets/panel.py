@@ -1,0 +1,253 @@
+"""The section panel: a Tab (Graph | Timeline | Recompiles | Metrics | Advice) over a list of events.
+
+The panel holds state only (the events, which graph and which steps are selected); every picture
+and table comes from the pure views (graph_view, timeline, recompiles, metrics_view, advisor).
+
+Live updates: while attached, each event is appended to ``panel.events``; on the main thread the
+panel redraws the *visible* tab when at least ``min_interval`` seconds have passed since the last
+redraw **and** the redraw time stays under ``budget`` of the wall time (a redraw that took d
+seconds is followed by a wait of at least d * (1/budget - 1)). ``panel.stats`` counts the
+refreshes and the time they took, so the overhead can be measured.
+"""
+from __future__ import annotations
+
+import base64
+import io
+import threading
+import time
+from typing import List, Optional, Sequence
+
+import ipywidgets as W
+
+from hpu_lab import events as ev
+
+from .advisor import advice_html
+from .common import short_key
+from .graph_view import draw_graph
+from .metrics_view import metrics_html
+from .recompiles import recompiles_html
+from .timeline import draw_timeline
+
+TABS = ("Graph", "Timeline", "Recompiles", "Metrics", "Advice")
+
+
+def figure_bundle(fig, dpi: int = 80, scroll_above_px: int = 1400) -> dict:
+    """A display_data output holding the figure as PNG (inside a scrollable box when it is wide)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    b64 = base64.b64encode(buf.getvalue()).decode("ascii")
+    width_px = fig.get_size_inches()[0] * dpi
+    data = {"image/png": b64, "text/plain": f"<Figure {fig.get_size_inches()[0]:.0f}x{fig.get_size_inches()[1]:.0f} in>"}
+    if width_px > scroll_above_px:
+        data["text/html"] = (f"<div style='overflow:auto;max-height:640px;border:1px solid #eee'>"
+                             f"<img src='data:image/png;base64,{b64}' style='max-width:none'/></div>")
+    return {"output_type": "display_data", "data": data, "metadata": {}}
+
+
+def html_bundle(text: str) -> dict:
+    return {"output_type": "display_data", "data": {"text/html": text, "text/plain": "(html)"}, "metadata": {}}
+
+
+def graphs_seen(events: Sequence[ev.Event]) -> List[tuple]:
+    """(label, GraphSummary) for every distinct recipe with a graph, in the order first seen:
+    from Compile events (with their reason) and from Launch events of recipes compiled earlier."""
+    found: dict = {}
+    launches: dict = {}
+    for e in events:
+        if isinstance(e, ev.Launch):
+            launches[e.key] = launches.get(e.key, 0) + 1
+        if isinstance(e, (ev.Compile, ev.Launch)) and e.graph is not None and e.key not in found:
+            found[e.key] = e
+    out = []
+    for i, (key, e) in enumerate(found.items(), 1):
+        n = len([x for x in e.graph.nodes if x.op not in ("input", "output")])
+        how = f"step {e.step}: {e.reason}" if isinstance(e, ev.Compile) else f"step {e.step}: cached before this section"
+        out.append((f"{i}. recipe {short_key(key, 6)} \u00b7 {n} nodes \u00b7 launched \u00d7{launches.get(key, 0)} \u00b7 {how}",
+                    e.graph))
+    return out
+
+
+class SectionPanel:
+    """Graph | Timeline | Recompiles | Metrics | Advice for the events of one section."""
+
+    def __init__(self, title: str = "", events: Optional[list] = None, min_interval: float = 0.5,
+                 budget: float = 0.05, dpi: int = 80):
+        self.title = title
+        self.events: list = events if events is not None else []
+        self.min_interval, self.budget, self.dpi = min_interval, budget, dpi
+        # refreshes/refresh_s: every redraw; live_*: the redraws made while the section ran;
+        # wall_s: time attached. overhead() = live_s / wall_s.
+        self.stats = {"refreshes": 0, "refresh_s": 0.0, "live_refreshes": 0, "live_s": 0.0, "events": 0,
+                      "wall_s": 0.0}
+        self._handle = None
+        self._attached_at = 0.0
+        self._next_allowed = 0.0
+        self._dirty = set(TABS)
+        self._graph_key = None
+        self._quiet = False                 # set while the panel itself updates its selectors
+        self.finished = False
+
+        self.outputs = {name: W.Output() for name in TABS}
+        self.graph_select = W.Dropdown(description="graph", options=[], layout=W.Layout(width="70%"))
+        self.collapse_select = W.Dropdown(description="clusters",
+                                          options=[("auto", "auto"), ("expanded", "expanded"), ("collapsed", "collapsed")],
+                                          value="auto", layout=W.Layout(width="25%"))
+        self.step_range = W.IntRangeSlider(description="steps", min=0, max=0, value=(0, 0),
+                                           continuous_update=False, layout=W.Layout(width="60%"))
+        self.status = W.HTML()
+        pages = {
+            "Graph": W.VBox([W.HBox([self.graph_select, self.collapse_select]), self.outputs["Graph"]]),
+            "Timeline": W.VBox([self.step_range, self.outputs["Timeline"]]),
+        }
+        self.tab = W.Tab(children=[pages.get(n, self.outputs[n]) for n in TABS])
+        self.tab.titles = TABS
+        header = W.HTML(f"<h3 style='margin:4px 0'>{_esc(title)}</h3>" if title else "")
+        self.widget = W.VBox([header, self.status, self.tab])
+
+        self.tab.observe(lambda ch: self._show(TABS[ch["new"]]), names="selected_index")
+        self.graph_select.observe(lambda ch: self._on_control("Graph"), names="value")
+        self.collapse_select.observe(lambda ch: self._on_control("Graph"), names="value")
+        self.step_range.observe(lambda ch: self._on_control("Timeline"), names="value")
+        self._update_status()
+
+    # ------------------------------------------------------------------ live feed
+
+    def attach(self, live: bool = True) -> "SectionPanel":
+        """Subscribe to the event stream; with ``live`` redraw while events arrive (throttled)."""
+        self.live = live
+        self._attached_at = time.perf_counter()
+        self._next_allowed = self._attached_at + self.min_interval
+        self._handle = ev.subscribe(self._on_event)
+        return self
+
+    def detach(self) -> None:
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
+            self.stats["wall_s"] += time.perf_counter() - self._attached_at
+
+    def _on_event(self, e: ev.Event) -> None:
+        self.events.append(e)
+        if not self.live:
+            return
+        now = time.perf_counter()
+        if now < self._next_allowed or threading.current_thread() is not threading.main_thread():
+            return                          # never draw on the device's worker thread
+        self._dirty = set(TABS)
+        self.refresh([self.current_tab])
+        self.stats["live_refreshes"] += 1
+        self.stats["live_s"] += time.perf_counter() - now
+
+    def finalize(self) -> None:
+        """Stop listening and draw every tab once with all the events."""
+        self.detach()
+        self.finished = True
+        self._dirty = set(TABS)
+        self.refresh()
+
+    # ------------------------------------------------------------------ drawing
+
+    @property
+    def current_tab(self) -> str:
+        return TABS[self.tab.selected_index or 0]
+
+    def refresh(self, tabs: Optional[Sequence[str]] = None) -> None:
+        """Redraw ``tabs`` (default: all) from the events collected so far."""
+        t0 = time.perf_counter()
+        events = list(self.events)          # a snapshot: the device thread may append meanwhile
+        self._sync_controls(events)
+        for name in (tabs or TABS):
+            self._draw(name, events)
+            self._dirty.discard(name)
+        spent = time.perf_counter() - t0
+        self.stats["refreshes"] += 1
+        self.stats["refresh_s"] += spent
+        self.stats["events"] = len(events)
+        self._next_allowed = time.perf_counter() + max(self.min_interval, spent * (1.0 / self.budget - 1.0))
+        self._update_status()
+
+    def _draw(self, name: str, events: list) -> None:
+        out = self.outputs[name]
+        if name == "Graph":
+            graphs = graphs_seen(events)
+            if not graphs:
+                out.outputs = (html_bundle("<p>No compiled graph in this section yet.</p>"),)
+                return
+            idx = self.graph_select.value if self.graph_select.value is not None else 0
+            label, summary = graphs[min(idx, len(graphs) - 1)]
+            key = (label.split(" \u00b7 ")[0], self.collapse_select.value)
+            if key == self._graph_key and out.outputs:
+                return                      # the same graph is already drawn
+            collapse = {"auto": None, "expanded": False, "collapsed": True}[self.collapse_select.value]
+            fig = draw_graph(summary, collapse_clusters=collapse, title=label)
+            out.outputs = (figure_bundle(fig, self.dpi),)
+            self._graph_key = key
+        elif name == "Timeline":
+            if not events:
+                out.outputs = (html_bundle("<p>No events yet.</p>"),)
+                return
+            lo, hi = self.step_range.value
+            full = (lo, hi) == (self.step_range.min, self.step_range.max)
+            fig = draw_timeline(events, step_range=None if full else (lo, hi),
+                                title=f"{self.title}: host and device timeline" if self.title else None)
+            out.outputs = (figure_bundle(fig, self.dpi),)
+        elif name == "Recompiles":
+            out.outputs = (html_bundle(recompiles_html(events)),)
+        elif name == "Metrics":
+            out.outputs = (html_bundle(metrics_html(events)),)
+        elif name == "Advice":
+            out.outputs = (html_bundle(advice_html(events)),)
+
+    def _sync_controls(self, events: list) -> None:
+        """Keep the graph list and the step slider in step with the events (without redrawing)."""
+        self._quiet = True
+        try:
+            graphs = graphs_seen(events)
+            opts = [(label, i) for i, (label, _) in enumerate(graphs)]
+            if opts != list(self.graph_select.options):
+                keep = self.graph_select.value
+                self.graph_select.options = opts
+                self.graph_select.value = keep if keep is not None and keep < len(opts) else (0 if opts else None)
+            steps = [e.step for e in events if isinstance(e, ev.MarkStep)] or [e.step for e in events] or [0]
+            lo, hi = min(steps), max(steps)
+            following = self.step_range.value == (self.step_range.min, self.step_range.max)
+            if (lo, hi) != (self.step_range.min, self.step_range.max):
+                if hi > self.step_range.max:
+                    self.step_range.max = hi
+                    self.step_range.min = lo
+                else:
+                    self.step_range.min = lo
+                    self.step_range.max = hi
+                if following:
+                    self.step_range.value = (lo, hi)
+        finally:
+            self._quiet = False
+
+    def _on_control(self, name: str) -> None:
+        if self._quiet:
+            return
+        self._draw(name, list(self.events))
+
+    def _show(self, name: str) -> None:
+        if name in self._dirty:
+            self.refresh([name])
+
+    def _update_status(self) -> None:
+        s = self.stats
+        state = "finished" if self.finished else ("live" if self._handle is not None else "idle")
+        live = (f"; {s['live_refreshes']} live redraws took {1000 * s['live_s']:.0f} ms = "
+                f"{100 * self.overhead():.1f}% of the {s['wall_s']:.2f} s the section ran" if s["wall_s"] > 0 else "")
+        self.status.value = (f"<span style='color:#555;font-size:12px'>{state}: {len(self.events)} events"
+                             f"{live}</span>")
+
+    def overhead(self) -> float:
+        """Fraction of the section's wall time spent on live redraws."""
+        return self.stats["live_s"] / self.stats["wall_s"] if self.stats["wall_s"] else 0.0
+
+    def _repr_mimebundle_(self, **kwargs):
+        return self.widget._repr_mimebundle_(**kwargs)
+
+
+def _esc(s: str) -> str:
+    import html
+    return html.escape(s)

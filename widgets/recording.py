@@ -1,0 +1,123 @@
+"""``with widgets.section("Training loop with capture and replay"):`` -- record one block's events.
+
+In a Jupyter kernel the block's panel (Graph | Timeline | Recompiles | Metrics | Advice) is shown
+at once, redrawn while the block runs (throttled), and drawn in full when it ends. Anywhere else
+(a plain script, pytest) the events are only collected; the views are still available from the
+returned ``Section`` (``s.metrics``, ``s.advice``, ``s.timeline()``, ``s.panel``).
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import List, Optional
+
+from hpu_lab import events as ev
+
+sections: List["Section"] = []      # every section recorded in this process, in order
+
+
+def in_kernel() -> bool:
+    """True inside a Jupyter kernel (where widgets can be displayed)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    ip = get_ipython()
+    return ip is not None and getattr(ip, "kernel", None) is not None
+
+
+class Section:
+    """The events of one recorded block and the views over them."""
+
+    def __init__(self, title: str):
+        self.title = title
+        self.events: list = []
+        self.wall_s = 0.0
+        self._panel = None
+
+    @property
+    def panel(self):
+        """The SectionPanel (built on first use when the section ran without a kernel)."""
+        if self._panel is None:
+            from .panel import SectionPanel
+            self._panel = SectionPanel(self.title, self.events)
+            self._panel.finished = True
+            self._panel.refresh()
+        return self._panel
+
+    @property
+    def metrics(self) -> dict:
+        from .metrics_view import section_metrics
+        return section_metrics(self.events)
+
+    @property
+    def advice(self) -> List[str]:
+        from .advisor import advise
+        return advise(self.events)
+
+    @property
+    def verdict(self):
+        from .timeline import verdict
+        return verdict(self.events)
+
+    def timeline(self, step_range=None, **kw):
+        from .timeline import draw_timeline
+        return draw_timeline(self.events, step_range=step_range, title=kw.pop("title", f"{self.title}: timeline"), **kw)
+
+    def graphs(self) -> list:
+        from .panel import graphs_seen
+        return graphs_seen(self.events)
+
+    def of(self, kind) -> list:
+        return [e for e in self.events if isinstance(e, kind)]
+
+    def summary(self) -> str:
+        m = self.metrics
+        return (f"{self.title}: {m['steps']} steps, {m['compiles']} compiles ({m['recompiles']} recompiles), "
+                f"{m['host syncs']} host syncs, {m['host ms/step']} host ms/step, device busy {m['device busy %']}%")
+
+    def __repr__(self) -> str:
+        return f"<Section {self.title!r}: {len(self.events)} events>"
+
+
+def _await_device(events: list, timeout: float = 2.0) -> None:
+    """Launches of the block may still be running on the device when the block ends: wait
+    (passively, without a sync) for their DeviceExecution events so the timeline is complete."""
+    deadline = time.perf_counter() + timeout
+    while time.perf_counter() < deadline:
+        snapshot = list(events)
+        launched = {e.launch_id for e in snapshot if isinstance(e, ev.Launch)}
+        done = {e.launch_id for e in snapshot if isinstance(e, ev.DeviceExecution)}
+        if launched <= done:
+            return
+        time.sleep(0.002)
+
+
+@contextlib.contextmanager
+def section(title: str = "", live: bool = True, display: Optional[bool] = None, min_interval: float = 0.5):
+    """Record the block's events into a ``Section`` (yielded). ``display``: show the panel
+    (default: only inside a Jupyter kernel). ``live``: redraw while the block runs."""
+    s = Section(title)
+    show = in_kernel() if display is None else display
+    collector = None
+    t0 = time.perf_counter()
+    if show:
+        from IPython.display import display as ipy_display
+        from .panel import SectionPanel
+        s._panel = SectionPanel(title, s.events, min_interval=min_interval)
+        ipy_display(s._panel.widget)
+        s._panel.attach(live=live)
+    else:
+        collector = ev.Collector()
+        collector.events = s.events
+        collector.start()
+    try:
+        yield s
+    finally:
+        s.wall_s = time.perf_counter() - t0
+        _await_device(s.events)
+        if collector is not None:
+            collector.stop()
+        else:
+            s._panel.finalize()
+        sections.append(s)

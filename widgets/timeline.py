@@ -1,0 +1,367 @@
+"""The host/device timeline: what the host (Python) did, what each device stream did, and when.
+
+    rows = timeline_rows(events)        # pure: one Bar per span, per lane
+    fig = draw_timeline(events)         # matplotlib Figure; step_range=(3, 5) zooms on steps 3..5
+    verdict(events).text                # "host-bound: device idle 78% of the window ..."
+
+Lanes: ``host`` (op tracing, graph build, cache lookup, compile, launch, host syncs, copies,
+HPU Graph capture and replay) and one lane per device stream ``hpu:N`` (recipe executions and
+the idle gaps between them). Times are milliseconds since the first event of the list.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from hpu_lab import events as ev
+
+from .common import COLORS, in_steps, launch_steps, ms, ns_origin, short_key, step_of, union_ns
+
+# Ops are zero-length events; consecutive ones form one "trace" bar unless the host did
+# nothing for longer than this between two of them (then the gap is not tracing).
+TRACE_GAP_NS = 2_000_000
+
+# The one threshold of the verdict: a window where the device is idle at least this fraction
+# of the time is host-bound (the device waits for Python), otherwise device-bound.
+HOST_BOUND_IDLE = 0.5
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One span of the timeline."""
+    lane: str            # "host" or "hpu:<stream>"
+    kind: str            # "trace", "graph build", "cache lookup", "compile", "launch", "host sync",
+                         # "copy H2D", "capture", "replay", "collective", "error", "execute", "idle"
+    start_ms: float
+    end_ms: float
+    step: int
+    label: str = ""
+    level: int = 0       # 0: work; 1: an enclosing span (capture / replay) drawn behind the work
+
+    @property
+    def duration_ms(self) -> float:
+        return self.end_ms - self.start_ms
+
+
+_HOST_KIND = {
+    ev.GraphBuilt: "graph build",
+    ev.CacheLookup: "cache lookup",
+    ev.Compile: "compile",
+    ev.Launch: "launch",
+    ev.HostSync: "host sync",
+    ev.HostToDevice: "copy H2D",
+    ev.Collective: "collective",
+    ev.Error: "error",
+    ev.Replay: "replay",
+}
+
+# Host kinds that are not bars at all (markers or boundaries) but still end a trace run.
+_NOT_A_BAR = (ev.MarkStep, ev.MemorySample, ev.CaptureBegin, ev.CaptureEnd)
+
+
+def _label(e: ev.Event) -> str:
+    if isinstance(e, ev.Compile):
+        what = "compile" if e.reason == "first compile" else "recompile"
+        return f"{what} {short_key(e.key, 6)} ({e.node_count} nodes)"
+    if isinstance(e, ev.CacheLookup):
+        return ("hit " if e.hit else "miss ") + short_key(e.key, 6)
+    if isinstance(e, ev.GraphBuilt):
+        return f"build {e.node_count} nodes"
+    if isinstance(e, ev.HostSync):
+        return f"sync {e.reason}"
+    if isinstance(e, ev.Launch):
+        return f"launch {short_key(e.key, 6)}"
+    if isinstance(e, ev.Replay):
+        return f"replay graph {e.graph_id}"
+    if isinstance(e, ev.Collective):
+        return e.op
+    if isinstance(e, ev.Error):
+        return f"error {e.op}"
+    if isinstance(e, ev.HostToDevice):
+        return f"copy {e.nbytes / 1e6:.2g} MB"
+    return e.kind
+
+
+def lanes_of(events: Sequence[ev.Event]) -> List[str]:
+    """'host' first, then every device stream seen (executions or launches), in stream order."""
+    dev = {e.lane for e in events if isinstance(e, ev.DeviceExecution)}
+    dev |= {f"hpu:{e.stream}" for e in events if isinstance(e, ev.Launch)}
+    return ["host"] + sorted(dev, key=lambda s: (len(s), s))
+
+
+def timeline_rows(events: Sequence[ev.Event], t0: Optional[int] = None) -> List[Bar]:
+    """Every bar of the timeline, host lane first, each lane in time order. Pure.
+
+    ``t0`` (ns) is the zero of the time axis; by default the first event of ``events``.
+    Device lanes also get "idle" bars for the gaps between executions inside the window
+    (first to last event of the list).
+    """
+    if not events:
+        return []
+    t0 = ns_origin(events) if t0 is None else t0
+    launches = launch_steps(events)
+    host: List[Bar] = []
+    run: List[ev.OpAccumulated] = []
+
+    def close_run():
+        if run:
+            host.append(Bar("host", "trace", ms(run[0].t_start, t0), ms(run[-1].t_end, t0),
+                            run[0].step, f"trace {len(run)} ops"))
+            run.clear()
+
+    open_captures: Dict[int, ev.CaptureBegin] = {}
+    t_last = max(e.t_end for e in events)
+    device = []
+    for e in sorted(events, key=lambda e: e.t_start):
+        if isinstance(e, ev.DeviceExecution):
+            device.append(e)
+            continue
+        if isinstance(e, ev.OpAccumulated):
+            if run and e.t_start - run[-1].t_end > TRACE_GAP_NS:
+                close_run()
+            run.append(e)
+            continue
+        if isinstance(e, ev.MemorySample):
+            continue                      # a sample, not host work: the trace run goes on
+        close_run()
+        if isinstance(e, ev.CaptureBegin):
+            open_captures[e.graph_id] = e
+        elif isinstance(e, ev.CaptureEnd):
+            b = open_captures.pop(e.graph_id, None)
+            start = b.t_start if b is not None else e.t_start
+            host.append(Bar(e.lane, "capture", ms(start, t0), ms(e.t_end, t0), b.step if b else e.step,
+                            f"capture graph {e.graph_id} ({e.node_count} nodes)", level=1))
+        elif isinstance(e, _NOT_A_BAR):
+            continue
+        else:
+            kind = _HOST_KIND.get(type(e), e.kind.lower())
+            host.append(Bar(e.lane, kind, ms(e.t_start, t0), ms(e.t_end, t0), e.step, _label(e),
+                            level=1 if kind == "replay" else 0))
+    close_run()
+    for b in open_captures.values():      # a capture still running when the list was taken
+        host.append(Bar(b.lane, "capture", ms(b.t_start, t0), ms(t_last, t0), b.step,
+                        f"capture graph {b.graph_id} (open)", level=1))
+    host.sort(key=lambda b: (b.start_ms, -b.level))
+
+    rows = host
+    w0, w1 = ms(ns_origin(events), t0), ms(t_last, t0)
+    for lane in lanes_of(events)[1:]:
+        execs = sorted((e for e in device if e.lane == lane), key=lambda e: e.t_start)
+        lane_rows: List[Bar] = []
+        cursor = w0
+        for e in execs:
+            a, b = ms(e.t_start, t0), ms(e.t_end, t0)
+            step = step_of(e, launches)
+            if a > cursor:
+                lane_rows.append(Bar(lane, "idle", cursor, a, step, "idle"))
+            label = f"{short_key(e.key, 6)} ({e.node_count} nodes)" + ("" if e.ok else " FAILED")
+            lane_rows.append(Bar(lane, "execute", a, b, step, label))
+            cursor = max(cursor, b)
+        if w1 > cursor:
+            last_step = lane_rows[-1].step if lane_rows else max(e.step for e in events)
+            lane_rows.append(Bar(lane, "idle", cursor, w1, last_step, "idle"))
+        rows.extend(lane_rows)
+    return rows
+
+
+# ----------------------------------------------------------------------------- the verdict
+
+def _fmt_ms(x: float) -> str:
+    return f"{x:,.0f} ms" if x >= 100 else f"{x:.3g} ms"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    bound: str               # "host-bound", "device-bound" or "no device work"
+    window_ms: float         # first to last event
+    device_busy_ms: float    # union of the device executions of every stream, in the window
+
+    @property
+    def busy_fraction(self) -> float:
+        return self.device_busy_ms / self.window_ms if self.window_ms > 0 else 0.0
+
+    @property
+    def idle_fraction(self) -> float:
+        return 1.0 - self.busy_fraction
+
+    @property
+    def text(self) -> str:
+        if self.bound == "host-bound":
+            return (f"host-bound: device idle {self.idle_fraction:.0%} of the window "
+                    f"(busy {_fmt_ms(self.device_busy_ms)} of {_fmt_ms(self.window_ms)})")
+        if self.bound == "device-bound":
+            return (f"device-bound: device busy {self.busy_fraction:.0%} of the window "
+                    f"({_fmt_ms(self.device_busy_ms)} of {_fmt_ms(self.window_ms)})")
+        return "no device work in this window"
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def classify(idle_fraction: float) -> str:
+    """Host-bound when the device sits idle at least HOST_BOUND_IDLE (50%) of the window: then
+    the device waits for Python to trace, compile and launch, and HPU Graphs help (seed 000).
+    Otherwise the device is the bottleneck and removing host work buys nothing (claim G10)."""
+    return "host-bound" if idle_fraction >= HOST_BOUND_IDLE else "device-bound"
+
+
+def verdict(events: Sequence[ev.Event]) -> Verdict:
+    """Device busy time (all streams, overlaps counted once) against the window of ``events``."""
+    if not events:
+        return Verdict("no device work", 0.0, 0.0)
+    w0 = min(e.t_start for e in events)
+    w1 = max(e.t_end for e in events)
+    busy = union_ns((max(e.t_start, w0), min(e.t_end, w1))
+                    for e in events if isinstance(e, ev.DeviceExecution))
+    window = (w1 - w0) / 1e6
+    if not any(isinstance(e, ev.DeviceExecution) for e in events):
+        return Verdict("no device work", window, 0.0)
+    busy_ms = busy / 1e6
+    idle = 1.0 - busy_ms / window if window > 0 else 0.0
+    return Verdict(classify(idle), window, busy_ms)
+
+
+# ----------------------------------------------------------------------------- drawing
+
+_DRAW_ORDER = ["capture", "replay", "idle", "trace", "graph build", "cache lookup", "compile",
+               "launch", "copy H2D", "collective", "host sync", "execute", "error"]
+_LEGEND_NAME = {
+    "trace": "tracing ops (Python)", "graph build": "graph build", "cache lookup": "recipe cache lookup",
+    "compile": "compile", "launch": "launch", "host sync": "host waits (sync)", "copy H2D": "copy host\u2192device",
+    "collective": "collective", "capture": "HPU Graph capture", "replay": "HPU Graph replay",
+    "execute": "device executes a recipe", "idle": "device idle", "error": "error",
+}
+
+
+def _lane_title(lane: str) -> str:
+    return "host (Python)" if lane == "host" else f"{lane} (device stream {lane.split(':')[-1]})"
+
+
+def draw_timeline(events: Sequence[ev.Event], step_range: Optional[Tuple[int, int]] = None, ax=None,
+                  title: Optional[str] = None, compact: bool = False):
+    """Draw the timeline of ``events`` (optionally only steps ``step_range``, inclusive) and return
+    the matplotlib Figure. Compile markers: blue = first compile, red = recompile; host syncs
+    are red bars with a red diamond; dotted lines are mark_step boundaries."""
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+    from matplotlib.collections import LineCollection
+    from matplotlib import transforms
+
+    all_events = list(events)
+    t0 = ns_origin(all_events)
+    shown = in_steps(all_events, step_range)
+    rows = timeline_rows(shown, t0=t0)
+    lanes = lanes_of(shown) if shown else ["host"]
+    if ax is None:
+        h = (0.55 * len(lanes) + 1.0) if compact else (0.9 * len(lanes) + 2.3)
+        fig = Figure(figsize=(6.5, h) if compact else (12, h), layout="constrained")
+        ax = fig.add_subplot()
+    fig = ax.figure
+    ypos = {lane: -i for i, lane in enumerate(lanes)}
+    x0 = min((b.start_ms for b in rows), default=0.0)
+    x1 = max((b.end_ms for b in rows), default=1.0)
+    span = max(x1 - x0, 1e-3)
+    min_w = span * 0.002                     # zero-length spans still get a visible sliver
+
+    groups: Dict[tuple, List[Bar]] = {}
+    for b in rows:
+        groups.setdefault((b.lane, b.kind, b.level), []).append(b)
+    kinds_present = []
+    for kind in _DRAW_ORDER + sorted({k for _, k, _ in groups} - set(_DRAW_ORDER)):
+        for (lane, k, level), bars in groups.items():
+            if k != kind:
+                continue
+            hgt = 0.8 if level else 0.5
+            y = ypos[lane] - hgt / 2
+            style = dict(facecolors=COLORS.get(kind, "#999999"), edgecolor="white", linewidth=0.4)
+            if kind == "idle":
+                style.update(edgecolor="#bbbbbb", hatch="////", linewidth=0)
+            if level:
+                style.update(alpha=0.55)
+            ax.broken_barh([(b.start_ms, max(b.duration_ms, min_w)) for b in bars], (y, hgt),
+                           gid=f"{lane}/{kind}", **style)
+            if kind not in kinds_present:
+                kinds_present.append(kind)
+
+    # labels inside bars that are wide enough to hold them
+    if not compact:
+        for b in rows:
+            if b.kind != "idle" and b.duration_ms > span * 0.08 and b.label:
+                dy = 0.3 if b.level else 0.0
+                ax.text((b.start_ms + b.end_ms) / 2, ypos[b.lane] + dy, b.label, ha="center", va="center",
+                        fontsize=7, clip_on=True, color="black")
+
+    host_y = ypos["host"]
+    legend = [Patch(facecolor=COLORS.get(k, "#999999"), hatch="////" if k == "idle" else None,
+                    edgecolor="#bbbbbb" if k == "idle" else "none", label=_LEGEND_NAME.get(k, k))
+              for k in kinds_present]
+
+    # compile markers above the host lane
+    compiles = [e for e in shown if isinstance(e, ev.Compile)]
+    for first, color, name in ((True, COLORS["first compile"], "first compile"),
+                               (False, COLORS["recompile"], "recompile")):
+        xs = [ms(e.t_start, t0) for e in compiles if (e.reason == "first compile") == first]
+        if xs:
+            ax.scatter(xs, [host_y + 0.45] * len(xs), marker="v", s=60 if not compact else 25, color=color,
+                       zorder=5, edgecolor="black", linewidth=0.5, gid=name)
+            legend.append(Line2D([], [], marker="v", linestyle="none", color=color, markeredgecolor="black",
+                                 label=f"{name} ({len(xs)})"))
+    # host syncs below the host lane
+    syncs = [e for e in shown if isinstance(e, ev.HostSync)]
+    if syncs:
+        ax.scatter([ms(e.t_start, t0) for e in syncs], [host_y - 0.42] * len(syncs), marker="D",
+                   s=30 if not compact else 12, color=COLORS["host sync"], zorder=5, gid="host sync")
+        legend.append(Line2D([], [], marker="D", linestyle="none", color=COLORS["host sync"],
+                             label=f"host sync ({len(syncs)})"))
+
+    # launch -> execution: the host returns at once, the device starts later (async, claim T9)
+    execs = {e.launch_id: e for e in shown if isinstance(e, ev.DeviceExecution)}
+    segs = [((ms(l.t_start, t0), host_y - 0.25), (ms(execs[l.launch_id].t_start, t0), ypos[execs[l.launch_id].lane] + 0.25))
+            for l in shown if isinstance(l, ev.Launch) and l.launch_id in execs]
+    if segs and len(segs) <= 400:
+        ax.add_collection(LineCollection(segs, colors="#555555", linewidths=0.6, alpha=0.5, gid="launch links"))
+        legend.append(Line2D([], [], color="#555555", alpha=0.6, lw=0.8, label="launch \u2192 device start"))
+
+    # mark_step boundaries
+    marks = sorted((ms(e.t_end, t0), e.step) for e in shown if isinstance(e, ev.MarkStep))
+    if marks:
+        trans = transforms.blended_transform_factory(ax.transData, ax.transAxes)
+        last_label = -1e18
+        ax.vlines([x for x, _ in marks], 0, 1, transform=trans, colors="#777777", linestyles=":", linewidth=0.8,
+                  zorder=0, gid="mark_step")
+        axes_pt = fig.get_size_inches()[0] * 72 * 0.8          # roughly the axes width in points
+        for x, step in marks:
+            text = f" end of step {step}"
+            if not compact and (x - last_label) > span * (len(text) * 4.0 + 8) / axes_pt:
+                ax.text(x, 1.0, text, transform=trans, fontsize=7, color="#555555",
+                        ha="left", va="bottom", rotation=0, clip_on=False)
+                last_label = x
+        legend.append(Line2D([], [], color="#777777", linestyle=":", label="mark_step"))
+
+    ax.set_yticks([ypos[l] for l in lanes], [_lane_title(l) for l in lanes], fontsize=8 if compact else 9)
+    ax.set_ylim(-len(lanes) + 0.4, 0.65)
+    ax.set_xlim(x0 - span * 0.01, x1 + span * 0.01)
+    ax.set_xlabel("time since section start (ms)", fontsize=8 if compact else 10)
+    ax.grid(axis="x", color="#e5e5e5", linewidth=0.6)
+    ax.set_axisbelow(True)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+
+    v = verdict(shown)
+    steps = sorted({e.step for e in shown if isinstance(e, ev.MarkStep)})
+    if title is None:
+        where = f"steps {step_range[0]}\u2013{step_range[1]}" if step_range else \
+            (f"{len(steps)} steps" if steps else "no mark_step")
+        title = f"Host and device timeline ({where}, {_fmt_ms(span)})"
+    vcolor = {"host-bound": "#c0392b", "device-bound": "#1e7b34"}.get(v.bound, "#555555")
+    if compact:
+        ax.set_title(f"{title}\n{v.text}", fontsize=9, loc="left", color="black")
+        ax.tick_params(labelsize=7)
+    else:
+        ax.set_title(title, fontsize=12, loc="left", pad=30)
+        ax.annotate(v.text, xy=(0, 1), xycoords="axes fraction", xytext=(0, 13), textcoords="offset points",
+                    fontsize=10, color=vcolor, fontweight="bold", ha="left", va="bottom", gid="verdict")
+        ax.legend(handles=legend, loc="upper center", bbox_to_anchor=(0.5, -0.16 - 0.04 * (3 - min(len(lanes), 3))),
+                  ncol=min(6, max(1, len(legend))), fontsize=8, frameon=False)
+    return fig
