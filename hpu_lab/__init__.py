@@ -21,6 +21,9 @@ _device.register()
 _lazy.S.reload()
 
 from . import core, hpu  # noqa: E402,F401
+from . import amp as _amp  # noqa: E402
+
+_amp.install()      # torch.autocast("hpu"): fallthrough, bf16 default, the op lists
 from .tensor import HPUTensor  # noqa: E402,F401
 
 __version__ = "0.1.0"

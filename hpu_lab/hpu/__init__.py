@@ -5,6 +5,8 @@ events are added by ``hpu_lab.graphs`` when they are imported.
 """
 from __future__ import annotations
 
+import contextlib as _contextlib
+
 import torch
 
 from ..runtime import memory as _mem
@@ -116,3 +118,54 @@ def get_rng_state(device="hpu"):
 
 def set_rng_state(state, device="hpu"):
     torch.set_rng_state(state)
+
+
+# ---- autocast (habana_frameworks.torch.hpu); the kernels and op lists are in hpu_lab/amp.py ----
+
+def get_amp_supported_dtype():
+    """What torch.autocast("hpu", dtype=...) accepts (torch asks the device module)."""
+    return [torch.bfloat16, torch.float16]
+
+
+def set_autocast_hpu_enabled(enabled: bool) -> None:
+    torch.set_autocast_enabled("hpu", bool(enabled))
+
+
+def is_autocast_hpu_enabled() -> bool:
+    return torch.is_autocast_enabled("hpu")
+
+
+def set_autocast_hpu_dtype(dtype) -> None:
+    if dtype not in get_amp_supported_dtype():
+        raise ValueError(f"set_autocast_hpu_dtype: hpu autocast supports torch.bfloat16 and torch.float16, "
+                         f"not {dtype}")
+    torch.set_autocast_dtype("hpu", dtype)
+
+
+def get_autocast_hpu_dtype():
+    return torch.get_autocast_dtype("hpu")
+
+
+# ---- FusedSDPA recompute switch (hpu/sdp_kernel_flag.py): recompute is on by default ----
+
+_recompute_sdp = [True]
+
+
+def enable_recompute_sdp(enabled: bool) -> None:
+    """FusedSDPA with recompute_mode=None recomputes in backward (True) or saves probabilities (False)."""
+    _recompute_sdp[0] = bool(enabled)
+
+
+def recompute_sdp_enabled() -> bool:
+    return _recompute_sdp[0]
+
+
+@_contextlib.contextmanager
+def sdp_kernel(enable_recompute: bool = True):
+    """``with torch.hpu.sdp_kernel(enable_recompute=False): ...`` sets the FusedSDPA mode for a block."""
+    prev = _recompute_sdp[0]
+    enable_recompute_sdp(enable_recompute)
+    try:
+        yield {}
+    finally:
+        enable_recompute_sdp(prev)
