@@ -41,10 +41,15 @@ class State:
         self.stream = 0              # current stream index
         self.observers_before_flush = []
         self.step_closures = []
+        # Inp -> weakref of the storage that held it when a pending op read it: an input whose
+        # tensor died stays on the device until the graph runs (launch_recipe counts it)
 
     def reload(self):
         self.max_ops = config.get("PT_HPU_MAX_COMPOUND_OP_SIZE")
-        self.eager = not config.get("PT_HPU_LAZY_MODE")
+        eager = not config.get("PT_HPU_LAZY_MODE")
+        if eager and not self.eager and self.pg.nodes:
+            flush("switch to eager mode", "")    # what lazy mode accumulated runs now (eager.py)
+        self.eager = eager
         self.source_lines = config.get("HPU_LAB_SOURCE_LINES")
 
 
@@ -152,6 +157,8 @@ def _walk(a, pg, refs, mkeys):
     t = type(a)
     if t is HPUTensor or (t is not torch.Tensor and isinstance(a, HPUTensor)):
         r = read_ref(a)
+        if type(r) is Inp and r.owner is None:
+            r.owner = weakref.ref(a._st)
         refs.append(r)
         mkeys.append((a._size, a._stride, a.dtype))
         return r, ref_sig(pg, r)
@@ -230,37 +237,74 @@ def lazy_op(func, args, kwargs):
     info = ops.inplace_info(func)
     if info is not None:
         return inplace_op(func, args, kwargs, info)
+    return functional_op(func, args, kwargs)
+
+
+def functional_op(func, args, kwargs):
+    """lazy_op for an op known to write nothing (dispatch decides that once per op).
+
+    This is the hottest path of the emulator: tensor args are handled inline, output metadata
+    comes from a dict keyed by the argument signature, and only a miss runs the meta kernel.
+    """
     pg = S.pg
-    refs, mkeys = [], []
-    nargs, sargs = [], []
+    refs, mkeys, nargs, sargs = [], [], [], []
     for a in args:
-        na, sg = _walk(a, pg, refs, mkeys)
-        nargs.append(na)
-        sargs.append(sg)
-    nkw, skw = {}, []
-    for k, v in kwargs.items():
-        na, sg = _walk(v, pg, refs, mkeys)
-        nkw[k] = na
-        skw.append((k, sg))
+        if type(a) is HPUTensor:
+            r = read_ref(a)
+            if type(r) is Inp:
+                if r.owner is None:
+                    r.owner = weakref.ref(a._st)
+                sg = ("i", pg.slot(r), r.meta)
+            else:
+                sg = ("o", r.node.index, r.idx)
+            refs.append(r)
+            mkeys.append((a._size, a._stride, a.dtype))
+            nargs.append(r)
+            sargs.append(sg)
+        else:
+            na, sg = _walk(a, pg, refs, mkeys)
+            nargs.append(na)
+            sargs.append(sg)
+    if kwargs:
+        nkw, skw = {}, []
+        for k, v in kwargs.items():
+            na, sg = _walk(v, pg, refs, mkeys)
+            nkw[k] = na
+            skw.append((k, sg))
+        skw = tuple(skw)
+    else:
+        nkw, skw = kwargs, ()
     ok = op_key(func)
     mkey = (ok, tuple(mkeys), tuple(kwargs))
     nargs = tuple(nargs)
+    hit = ops._META_CACHE.get(mkey)
+    if type(hit) is tuple and len(hit) == 3:
+        metas, spec, res_template = hit
+    else:
+        def compute():
+            res = ops.run_meta(func, [_meta_arg(a) for a in nargs], {k: _meta_arg(v) for k, v in nkw.items()})
+            metas, spec = _out_metas(res)
+            return metas, spec, res
 
-    def compute():
-        res = ops.run_meta(func, [_meta_arg(a) for a in nargs], {k: _meta_arg(v) for k, v in nkw.items()})
-        metas, spec = _out_metas(res)
-        return metas, spec, res
-
-    try:
-        metas, spec, res_template = ops.cached_meta(mkey, compute)
-    except ops.MetaFailure:
-        return host_op(func, args, kwargs, f"data-dependent op {ops.op_name(func)}")
-    outs = pg.add(func, nargs, nkw, metas, spec, tuple(sargs), tuple(skw), tuple(refs), _op_src(func), ok)
+        try:
+            metas, spec, res_template = ops.cached_meta(mkey, compute)
+        except ops.MetaFailure as e:
+            return _meta_failed(func, args, kwargs, e)
+    outs = pg.add(func, nargs, nkw, metas, spec, tuple(sargs), skw, tuple(refs), _op_src(func), ok)
+    if spec is None:
+        t = wrap_new(metas[0], outs[0])
+        if S.max_ops is not None:
+            after_op(func)
+        return t
     tensors = [wrap_new(m, o) for m, o in zip(metas, outs)]
     after_op(func)
-    if spec is None:
-        return tensors[0]
     return _rebuild(res_template, iter(tensors))
+
+
+def _meta_failed(func, args, kwargs, e):
+    """No usable meta kernel: data-dependent ops run on the host, the rest fall back (fallback.py)."""
+    from . import fallback
+    return fallback.on_meta_failure(func, args, kwargs, e)
 
 
 def _op_src(func):
@@ -276,6 +320,19 @@ def _op_src(func):
 def after_op(func) -> None:
     if S.max_ops is not None and len(S.pg) >= S.max_ops:
         flush(f"PT_HPU_MAX_COMPOUND_OP_SIZE={S.max_ops}", ops.op_name(func))
+
+
+def _clone_spec(margs, written):
+    """Output paths of an InplaceOnClone node: it returns the written arg (a tensor or a list), or a
+    tuple of them when several args are written (e.g. an optimizer writing params and its state)."""
+    if len(written) == 1:
+        a = margs[written[0]]
+        return tuple((j,) for j in range(len(a))) if isinstance(a, (list, tuple)) else None
+    paths = []
+    for k, i in enumerate(written):
+        a = margs[i]
+        paths += [(k, j) for j in range(len(a))] if isinstance(a, (list, tuple)) else [(k,)]
+    return tuple(paths)
 
 
 def inplace_op(func, args, kwargs, info):
@@ -321,19 +378,23 @@ def inplace_op(func, args, kwargs, info):
         metas = [(tuple(x.shape), tuple(x.stride()), x.dtype) for x in tgt]
         res = op(*[_meta_arg(a) for a in nargs], **mkw) if not isinstance(op, InplaceOnClone) else None
         if res is None:
-            spec = None if len(metas) == 1 else tuple((i,) for i in range(len(metas)))
+            spec = _clone_spec(margs, written)
         else:
             _, spec = _out_metas(res)
         return op, metas, spec
 
     try:
         op, metas, spec = ops.cached_meta(mkey, compute)
-    except ops.MetaFailure:
-        return host_op(func, args, kwargs, f"data-dependent op {ops.op_name(func)}")
+    except ops.MetaFailure as e:
+        return _meta_failed(func, args, kwargs, e)
     outs = pg.add(op, nargs, nkw, metas, spec, tuple(sargs), tuple(skw), tuple(refs), _op_src(func))
     flat_targets = [x for t in targets for x in (t if isinstance(t, (list, tuple)) else [t])]
     for t, o in zip(flat_targets, outs):
         write(t, o, ops.op_name(func))
+    # foreach ops and custom ops (hpex optimizers) bump autograd's version counter only in their CPU
+    # decomposition, which the lazy path never runs: bump it here (twice is harmless), so autograd
+    # still refuses a backward through a tensor modified in place
+    torch._C._increment_version(flat_targets)
     after_op(func)
     if func._schema.returns:
         return targets[0] if len(targets) == 1 else tuple(targets)
@@ -532,9 +593,23 @@ def _find_elsewhere(key, nodes, externals, outs, site):
     return None
 
 
+def _held_bytes(externals) -> int:
+    """Device bytes of inputs whose tensors died while the graph was pending: only the graph holds
+    them now, so they are in use until it runs (not in InUse any more). A long lazy graph that
+    reads many freed inputs needs more memory than the same work cut by mark_step (seed 003)."""
+    n = 0
+    for inp in externals:
+        w = inp.owner
+        if w is not None and w() is None and inp.meta is not None:
+            size, stride, dtype = inp.meta
+            n += storage_extent(size, stride) * _itemsize(dtype)
+    return n
+
+
 def launch_recipe(recipe, externals, stream=None):
     """Check memory, then queue the recipe on the device; return at once."""
-    memory.reserve_transient(recipe.peak_bytes, f"recipe {recipe.short_key} ({recipe.node_count} nodes)")
+    memory.reserve_transient(recipe.peak_bytes, f"recipe {recipe.short_key} ({recipe.node_count} nodes)",
+                             held=_held_bytes(externals))
     s = executor.stream(S.stream if stream is None else stream)
     for inp in externals:
         src_launch = inp.launch
@@ -837,6 +912,8 @@ def _resolve(func):
         return inplace_view if info is not None and info[0] else view_op
     if info is not None and info[2] is not None and ops.is_view(info[2]):
         return inplace_view          # squeeze_, t_, transpose_: the functional twin is a view
+    if info is None:
+        return functional_op
     return lazy_op
 
 
@@ -849,6 +926,9 @@ def dispatch(func, args, kwargs):
     if h is None:
         h = _HANDLER[id(func)] = _resolve(func)
         _HANDLER_KEEP.append(func)
+    if S.eager:
+        from .eager import run          # eager mode: this op is launched as soon as it returns
+        return run(h, func, args, kwargs)
     return h(func, args, kwargs)
 
 

@@ -22,9 +22,10 @@ HPU = torch.device("hpu", 0)
 
 class Inp:
     """A device buffer: concrete now (``tensor``) or produced by a launch (``launch``, ``idx``)."""
-    __slots__ = ("tensor", "launch", "idx", "meta", "regen", "__weakref__")
+    __slots__ = ("tensor", "launch", "idx", "meta", "regen", "owner", "__weakref__")
 
     def __init__(self, tensor=None, meta=None, launch=None, idx=0, regen=None):
+        self.owner = None          # weakref of the storage it was read from (memory accounting)
         self.tensor = tensor
         self.launch = launch
         self.idx = idx
@@ -105,6 +106,10 @@ class HPUTensor(torch.Tensor):
         r._size, r._stride, r._offset = size, stride, offset
         r._rc = None      # read cache: (storage value, ref) for views
         return r
+
+    # every op reaches __torch_dispatch__ anyway: skip the Python-level __torch_function__ layer
+    # (it costs several microseconds an op and only re-wraps what dispatch already returns)
+    __torch_function__ = torch._C._disabled_torch_function_impl
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):

@@ -16,7 +16,7 @@ from .. import events as ev
 from .. import ops
 from ..graph import HELPER_NAMES, target_name
 from ..tensor import Inp, Out, _itemsize
-from . import passes
+from . import lowering, passes
 from .recipe import Recipe
 
 
@@ -94,6 +94,9 @@ def compile_graph(nodes, externals, outs, key, src):
     g.eliminate_dead_code()
     info = passes.run_all(g)
     gm = fx.GraphModule(torch.nn.Module(), g)
+    fn, backend = lowering.lower(gm)
     t1 = ev.now()
-    return Recipe(key, gm, info["node_count"], info["clusters"], info["peak_bytes"], info["summary"],
-                  describe(nodes, externals), src, t1 - t0)
+    r = Recipe(key, gm, info["node_count"], info["clusters"], info["peak_bytes"], info["summary"],
+               describe(nodes, externals), src, t1 - t0)
+    r.fn, r.backend = fn, backend
+    return r

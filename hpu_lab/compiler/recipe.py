@@ -41,7 +41,8 @@ class Recipe:
         self.key = key
         self.short_key = key.short if key is not None else f"r{self.id}"
         self.gm = gm
-        self.fn = gm.forward
+        self.fn = gm.forward        # compile_graph swaps in the TorchScript lowering
+        self.backend = "fx"
         self.node_count = node_count
         self.clusters = clusters
         self.peak_bytes = peak_bytes

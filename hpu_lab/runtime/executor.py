@@ -12,6 +12,8 @@ import itertools
 import queue
 import threading
 
+import torch
+
 from .. import events as ev
 
 
@@ -86,6 +88,9 @@ class Stream:
             last.wait(reason, src)
 
     def _run(self) -> None:
+        # run recipes' TorchScript exactly as traced: no fusion passes that would reorder float math
+        # (the device must give CPU's numbers); the flag is per thread
+        torch._C._set_graph_executor_optimize(False)
         while True:
             launch = self._q.get()
             if launch.recipe is None:        # a host function in stream order
