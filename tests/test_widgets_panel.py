@@ -191,3 +191,35 @@ def test_with_the_real_runtime():
     assert any(r.kind == "execute" and r.lane == "hpu:0" for r in rows)
     assert widgets.graphs_seen(s.events)
     widgets.draw_graph(widgets.graphs_seen(s.events)[0][1])
+
+
+def test_live_redraws_stay_within_the_time_budget():
+    p = widgets.SectionPanel("budget", min_interval=0.0, budget=0.2)
+    p.tab.selected_index = 1                                  # the timeline: the costly tab
+    src = host_bound_loop(steps=20)
+    p.attach(live=True)
+    try:
+        t_end = time.perf_counter() + 1.5
+        while time.perf_counter() < t_end:
+            for e in src[:20]:
+                ev.emit(e)
+            time.sleep(0.002)
+    finally:
+        p.detach()
+    s = p.stats
+    assert s["live_refreshes"] >= 1
+    # the guess for the next redraw is the slowest one so far: at most one redraw over budget
+    assert s["live_s"] <= 0.2 * s["wall_s"] + max(p._measured.values())
+
+
+def test_short_block_gets_no_live_redraw_with_the_default_budget():
+    p = widgets.SectionPanel("short")                         # 5% budget, 0.25 s first guess
+    p.attach(live=True)
+    try:
+        for e in host_bound_loop(steps=3):
+            ev.emit(e)
+        time.sleep(0.6)
+        ev.emit(ev.MarkStep(0, 1, "host", 0))
+    finally:
+        p.finalize()
+    assert p.stats["live_refreshes"] == 0 and p.stats["refreshes"] == 1

@@ -278,8 +278,7 @@ def draw_graph(summary: ev.GraphSummary, ax=None, collapse_clusters: Optional[bo
     """
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
-    from matplotlib.patches import FancyBboxPatch, Patch, PathPatch
-    from matplotlib.path import Path
+    from matplotlib.patches import FancyBboxPatch, Patch
 
     G = to_networkx(summary)
     if collapse_clusters is None:
@@ -294,8 +293,11 @@ def draw_graph(summary: ev.GraphSummary, ax=None, collapse_clusters: Optional[bo
     if ax is None:
         w = min(max(want_w, 7.0), MAX_INCHES[0])
         h = min(max(want_h, 3.6), MAX_INCHES[1])
-        fig = Figure(figsize=(w, h), layout="constrained")
+        fig = Figure(figsize=(w, h))          # margins set below: constrained layout would draw twice
         ax = fig.add_subplot()
+        own_figure = True
+    else:
+        own_figure = False
     fig = ax.figure
     fw, fh = fig.get_size_inches()
     fontsize = max(4.5, 8 * min(1.0, fw / want_w, fh / want_h))   # shrink text only if the figure is capped
@@ -332,21 +334,6 @@ def draw_graph(summary: ev.GraphSummary, ax=None, collapse_clusters: Optional[bo
                     color="white" if dark and d["engine"] != "" else "black", gid=f"node {v}",
                     fontweight="bold" if dark else "normal", linespacing=1.1)
         boxes[v] = t
-    for a, b in D.edges:
-        way = routes.get((a, b), [])
-        if way:       # a long edge: a smooth curve through its waypoints, the arrow on the last leg
-            verts, codes = [pos[a]], [Path.MOVETO]
-            for i, p in enumerate(way):
-                nxt = way[i + 1] if i + 1 < len(way) else p
-                verts += [p, ((p[0] + nxt[0]) / 2, (p[1] + nxt[1]) / 2)]
-                codes += [Path.CURVE3, Path.CURVE3]
-            ax.add_patch(PathPatch(Path(verts, codes), fill=False, edgecolor="#666666", lw=0.8, zorder=2))
-        start = way[-1] if way else pos[a]
-        ax.annotate("", xy=pos[b], xytext=start, zorder=2,
-                    arrowprops=dict(arrowstyle="-|>", color="#666666", lw=0.8, shrinkA=0 if way else 2, shrinkB=2,
-                                    patchA=None if way else boxes[a].get_bbox_patch(),
-                                    patchB=boxes[b].get_bbox_patch()))
-
     xs = [p[0] for p in allpts] or [0.0]
     ys = [p[1] for p in allpts] or [0.0]
     ax.set_xlim(min(xs) - 0.7, max(xs) + 0.7)
@@ -381,6 +368,62 @@ def draw_graph(summary: ev.GraphSummary, ax=None, collapse_clusters: Optional[bo
     if "cluster" in kinds:
         legend.append(Patch(facecolor=COLORS["TPC"], edgecolor=_CLUSTER_EDGE, linewidth=1.6,
                             label="fusion cluster (collapsed)"))
-    ax.legend(handles=legend, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(len(legend), 4),
-              fontsize=8, frameon=False)
+    ncol = min(len(legend), 4)
+    ax.legend(handles=legend, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=ncol, fontsize=8, frameon=False)
+    if own_figure:
+        fw, fh = fig.get_size_inches()
+        top_in = 0.22 * (head.count("\n") + 1) + 0.15
+        bottom_in = 0.2 * -(-len(legend) // ncol) + 0.15
+        fig.subplots_adjust(left=0.1 / fw, right=1 - 0.1 / fw, top=1 - top_in / fh, bottom=bottom_in / fh)
+    _draw_edges(ax, D, pos, routes, boxes)
     return fig
+
+
+def _box_halfsizes(ax, boxes) -> Dict[object, tuple]:
+    """node -> (half width, half height) of its drawn box, in data units. Measured once with the
+    final axes position; data units do not change with the dpi the figure is later saved at."""
+    fig = ax.figure
+    renderer = getattr(fig.canvas, "get_renderer", None)
+    if renderer is None:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        renderer = FigureCanvasAgg(fig).get_renderer()
+    else:
+        renderer = renderer()
+    inv = ax.transData.inverted()
+    out = {}
+    for v, t in boxes.items():
+        t.update_bbox_position_size(renderer)
+        bb = t.get_bbox_patch().get_window_extent(renderer)
+        (x0, y0), (x1, y1) = inv.transform([(bb.x0, bb.y0), (bb.x1, bb.y1)])
+        out[v] = (abs(x1 - x0) / 2, abs(y1 - y0) / 2)
+    return out
+
+
+def _to_border(c, half, toward):
+    """The point where the segment from box centre ``c`` toward ``toward`` leaves the box."""
+    dx, dy = toward[0] - c[0], toward[1] - c[1]
+    s = min(half[0] / abs(dx) if dx else float("inf"), half[1] / abs(dy) if dy else float("inf"), 1.0)
+    return (c[0] + dx * s, c[1] + dy * s)
+
+
+def _draw_edges(ax, D, pos, routes, boxes) -> None:
+    """Edges clipped to the box borders by plain geometry (matplotlib's patch clipping of every
+    arrow costs more than the rest of the figure)."""
+    from matplotlib.patches import FancyArrowPatch, PathPatch
+    from matplotlib.path import Path
+    half = _box_halfsizes(ax, boxes)
+    for a, b in D.edges:
+        way = routes.get((a, b), [])
+        first = way[0] if way else pos[b]
+        start = _to_border(pos[a], half[a], first)
+        if way:       # a long edge: a smooth curve through its waypoints, the arrow on the last leg
+            verts, codes = [start], [Path.MOVETO]
+            for i, p in enumerate(way):
+                nxt = way[i + 1] if i + 1 < len(way) else p
+                verts += [p, ((p[0] + nxt[0]) / 2, (p[1] + nxt[1]) / 2)]
+                codes += [Path.CURVE3, Path.CURVE3]
+            ax.add_patch(PathPatch(Path(verts, codes), fill=False, edgecolor="#666666", lw=0.8, zorder=2))
+            start = way[-1]
+        end = _to_border(pos[b], half[b], start)
+        ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=9, color="#666666", lw=0.8,
+                                     shrinkA=0, shrinkB=1, zorder=2))

@@ -223,6 +223,23 @@ def verdict(events: Sequence[ev.Event]) -> Verdict:
 
 # ----------------------------------------------------------------------------- drawing
 
+MERGE_ABOVE = 3000       # rows; above this, bars of one kind closer than ~1 pixel are drawn as one
+DENSE_ABOVE = 600        # rows; above this, no minimum bar width and no white bar edges
+
+
+def _merge_close(bars: List[Bar], gap_ms: float) -> List[Bar]:
+    """Same-kind bars separated by less than ``gap_ms`` joined into one (drawing only: the picture
+    is the same at screen resolution, with far fewer rectangles to render)."""
+    out: List[Bar] = []
+    for b in sorted(bars, key=lambda b: b.start_ms):
+        if out and b.start_ms - out[-1].end_ms < gap_ms:
+            last = out[-1]
+            out[-1] = Bar(last.lane, last.kind, last.start_ms, max(last.end_ms, b.end_ms), last.step, "", last.level)
+        else:
+            out.append(b)
+    return out
+
+
 _DRAW_ORDER = ["capture", "replay", "idle", "trace", "graph build", "cache lookup", "compile",
                "launch", "copy H2D", "collective", "host sync", "execute", "error"]
 _LEGEND_NAME = {
@@ -262,11 +279,16 @@ def draw_timeline(events: Sequence[ev.Event], step_range: Optional[Tuple[int, in
     x0 = min((b.start_ms for b in rows), default=0.0)
     x1 = max((b.end_ms for b in rows), default=1.0)
     span = max(x1 - x0, 1e-3)
-    min_w = span * 0.002                     # zero-length spans still get a visible sliver
+    dense = len(rows) > DENSE_ABOVE
+    # zero-length spans get a visible sliver -- unless the window is dense, where a sliver per
+    # bar would paint over everything (there, sub-pixel bars blend in proportion to their time)
+    min_w = 0.0 if dense else span * 0.002
 
     groups: Dict[tuple, List[Bar]] = {}
     for b in rows:
         groups.setdefault((b.lane, b.kind, b.level), []).append(b)
+    if len(rows) > MERGE_ABOVE:             # thousands of bars: join the ones closer than a pixel
+        groups = {k: _merge_close(v, span / 2000) for k, v in groups.items()}
     kinds_present = []
     for kind in _DRAW_ORDER + sorted({k for _, k, _ in groups} - set(_DRAW_ORDER)):
         for (lane, k, level), bars in groups.items():
@@ -274,7 +296,8 @@ def draw_timeline(events: Sequence[ev.Event], step_range: Optional[Tuple[int, in
                 continue
             hgt = 0.8 if level else 0.5
             y = ypos[lane] - hgt / 2
-            style = dict(facecolors=COLORS.get(kind, "#999999"), edgecolor="white", linewidth=0.4)
+            style = dict(facecolors=COLORS.get(kind, "#999999"), edgecolor="none" if dense else "white",
+                         linewidth=0.4)
             if kind == "idle":
                 style.update(edgecolor="#bbbbbb", hatch="////", linewidth=0)
             if level:
@@ -328,15 +351,20 @@ def draw_timeline(events: Sequence[ev.Event], step_range: Optional[Tuple[int, in
     if marks:
         trans = transforms.blended_transform_factory(ax.transData, ax.transAxes)
         last_label = -1e18
-        ax.vlines([x for x, _ in marks], 0, 1, transform=trans, colors="#777777", linestyles=":", linewidth=0.8,
-                  zorder=0, gid="mark_step")
         axes_pt = fig.get_size_inches()[0] * 72 * 0.8          # roughly the axes width in points
+        labelled = []
         for x, step in marks:
             text = f" end of step {step}"
-            if not compact and (x - last_label) > span * (len(text) * 4.0 + 8) / axes_pt:
-                ax.text(x, 1.0, text, transform=trans, fontsize=7, color="#555555",
-                        ha="left", va="bottom", rotation=0, clip_on=False)
+            if (x - last_label) > span * (len(text) * 4.0 + 8) / axes_pt:
+                if not compact:
+                    ax.text(x, 1.0, text, transform=trans, fontsize=7, color="#555555",
+                            ha="left", va="bottom", rotation=0, clip_on=False)
+                labelled.append(x)
                 last_label = x
+        # every boundary when they are few; only the labelled ones when they would grey the picture
+        lines = [x for x, _ in marks] if len(marks) <= 150 else labelled
+        ax.vlines(lines, 0, 1, transform=trans, colors="#777777", linestyles=":", linewidth=0.8,
+                  zorder=0, gid="mark_step")
         legend.append(Line2D([], [], color="#777777", linestyle=":", label="mark_step"))
 
     ax.set_yticks([ypos[l] for l in lanes], [_lane_title(l) for l in lanes], fontsize=8 if compact else 9)
