@@ -24,6 +24,9 @@ from . import core, hpu  # noqa: E402,F401
 from . import amp as _amp  # noqa: E402
 
 _amp.install()      # torch.autocast("hpu"): fallthrough, bf16 default, the op lists
+from . import fallback as _fallback  # noqa: E402
+
+_fallback.install()  # ops/dtypes that do not run on HPU go to the CPU (seed 003)
 from .tensor import HPUTensor  # noqa: E402,F401
 
 __version__ = "0.1.0"

@@ -50,15 +50,19 @@ def in_use() -> int:
     return _s["InUse"]
 
 
-def reserve_transient(peak_bytes: int, what: str) -> None:
-    """Account a recipe's transient peak; refuse it (OOM) if it cannot fit under Limit."""
+def reserve_transient(peak_bytes: int, what: str, held: int = 0) -> None:
+    """Account a recipe's transient peak; refuse it (OOM) if it cannot fit under Limit.
+
+    ``held``: bytes of input buffers only the graph still holds (their tensors were freed while it
+    was pending), needed on the device until it runs."""
     lim = limit()
     with _lock:
-        need = _s["InUse"] + peak_bytes
+        need = _s["InUse"] + peak_bytes + held
         if need > lim:
+            kept = f" and {_fmt(held)} of inputs whose tensors were freed" if held else ""
             raise HPUOutOfMemoryError(
-                f"Device out of memory: {what} needs {_fmt(peak_bytes)} of working memory on top of "
-                f"InUse {_fmt(_s['InUse'])} but the Limit is {_fmt(lim)} "
+                f"Device out of memory: {what} needs {_fmt(peak_bytes)} of working memory{kept} on "
+                f"top of InUse {_fmt(_s['InUse'])} but the Limit is {_fmt(lim)} "
                 f"(MaxInUse {_fmt(_s['MaxInUse'])}). Break the graph with mark_step(), lower the "
                 f"batch size, or raise HPU_LAB_MEMORY_LIMIT.")
         if need > _s["MaxInUse"]:
