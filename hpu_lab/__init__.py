@@ -27,6 +27,9 @@ _amp.install()      # torch.autocast("hpu"): fallthrough, bf16 default, the op l
 from . import fallback as _fallback  # noqa: E402
 
 _fallback.install()  # ops/dtypes that do not run on HPU go to the CPU (seed 003)
+from . import compile_backend as _compile_backend  # noqa: E402
+
+_compile_backend.install()  # torch.compile(backend="hpu_backend"), registered when dynamo loads
 from .tensor import HPUTensor  # noqa: E402,F401
 
 __version__ = "0.1.0"
