@@ -1,0 +1,8 @@
+"""hpu_lab.hpex: Habana's PyTorch extensions (habana_frameworks.torch.hpex), emulated.
+
+- ``optimizers.FusedAdamW``, ``optimizers.FusedSGD``: one fused op per optimizer step;
+- ``normalization.FusedClipNorm``: one fused op for gradient-norm clipping;
+
+Each fused kernel is one node of the lazy graph (a ``hpu_lab::`` custom op), see ``_common.py``.
+"""
+from . import normalization, optimizers  # noqa: F401
