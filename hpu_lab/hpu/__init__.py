@@ -169,3 +169,9 @@ def sdp_kernel(enable_recompute: bool = True):
         yield {}
     finally:
         enable_recompute_sdp(prev)
+
+
+# ---- HPU Graphs, streams and events (hpu_lab/graphs/); imported last: graphs needs the lazy runtime
+from ..graphs import (HPUGraph, graph, Stream, StreamContext, stream, set_stream, current_stream,  # noqa: E402,F401
+                      default_stream, record_stream, Event, make_graphed_callables, ModuleCacher,
+                      wrap_in_hpu_graph, wrap_in_hpu_graph_func, is_current_stream_capturing)
