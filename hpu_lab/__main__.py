@@ -1,0 +1,56 @@
+"""``python -m hpu_lab run script.py [args...]``: run an unmodified Gaudi script on hpu_lab.
+
+The script runs as ``__main__`` (``runpy``) with ``habana_frameworks`` imports resolving to hpu_lab
+(``hpu_lab.compat``), ``sys.argv`` set to the script and its arguments, and the script's folder first
+on ``sys.path``, as ``python script.py`` would. ``python -m hpu_lab run -m package.module`` runs a
+module instead. ``python -m hpu_lab config`` prints every setting hpu_lab reads.
+"""
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+
+USAGE = """usage: python -m hpu_lab run script.py [args...]
+       python -m hpu_lab run -m module [args...]
+       python -m hpu_lab config
+
+run     run a Gaudi PyTorch script on hpu_lab (habana_frameworks imports resolve to hpu_lab)
+config  print every environment variable hpu_lab reads, its value and meaning"""
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return 0
+    cmd, rest = argv[0], argv[1:]
+    if cmd == "config":
+        from hpu_lab import config
+        print(config.describe())
+        return 0
+    if cmd != "run":
+        print(f"python -m hpu_lab: unknown command {cmd!r}\n\n{USAGE}", file=sys.stderr)
+        return 2
+    if not rest or (rest[0] == "-m" and len(rest) < 2):
+        print(f"python -m hpu_lab run: what should I run?\n\n{USAGE}", file=sys.stderr)
+        return 2
+    from hpu_lab.compat import enable_habana_imports
+    enable_habana_imports()
+    if rest[0] == "-m":
+        sys.argv = [rest[1]] + rest[2:]
+        sys.path.insert(0, os.getcwd())
+        runpy.run_module(rest[1], run_name="__main__", alter_sys=True)
+        return 0
+    script = rest[0]
+    if not os.path.exists(script):
+        print(f"python -m hpu_lab run: no such file: {script}", file=sys.stderr)
+        return 2
+    sys.argv = [script] + rest[1:]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    runpy.run_path(script, run_name="__main__")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""habana_frameworks imports resolve to hpu_lab; ``python -m hpu_lab run script.py`` runs Gaudi code."""
+import importlib
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import hpu_lab
+from hpu_lab import compat
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture
+def habana():
+    compat.enable_habana_imports()
+    yield
+    compat.disable_habana_imports()
+
+
+def test_core_and_hpu_modules(habana):
+    import habana_frameworks.torch as ht
+    import habana_frameworks.torch.core as htcore
+    import habana_frameworks.torch.hpu as hthpu
+    import habana_frameworks.torch.hpu.metrics as met
+    from habana_frameworks.torch.utils.library_loader import load_habana_module
+
+    assert htcore is hpu_lab.core and ht.core is htcore
+    assert ht.hpu is torch.hpu is hthpu is htcore.hpu
+    assert met is hpu_lab.metrics
+    assert ht.hpu.HPUGraph is hpu_lab.graphs.HPUGraph and ht.hpu.wrap_in_hpu_graph is hpu_lab.graphs.wrap_in_hpu_graph
+    load_habana_module()
+    # aliasing leaves hpu_lab's own modules as they were
+    assert hpu_lab.core.__spec__.name == "hpu_lab.core" and not hasattr(hpu_lab.core, "__path__")
+    assert hpu_lab.metrics.__spec__.name == "hpu_lab.metrics"
+
+
+@pytest.mark.parametrize("name", ["kernels", "optimizers", "normalization", "hmp"])
+def test_hpex_modules_alias_lazily(habana, name):
+    alias = f"habana_frameworks.torch.hpex.{name}"
+    try:
+        real = importlib.import_module(f"hpu_lab.hpex.{name}")
+    except ImportError:
+        with pytest.raises(ImportError, match=f"emulated by hpu_lab.hpex.{name}"):
+            importlib.import_module(alias)
+    else:
+        assert importlib.import_module(alias) is real
+
+
+def test_missing_or_unknown_modules_fail_clearly(habana):
+    try:
+        importlib.import_module("hpu_lab.distributed.hccl")
+        have = True
+    except ImportError:
+        have = False
+    if not have:
+        with pytest.raises(ImportError, match=r"habana_frameworks.torch.distributed(.hccl)? is emulated by "
+                                              r"hpu_lab.distributed(.hccl)?, which is not available"):
+            import habana_frameworks.torch.distributed.hccl  # noqa: F401
+    with pytest.raises(ModuleNotFoundError, match="hpu_lab does not emulate habana_frameworks.torch.gpu_migration"):
+        import habana_frameworks.torch.gpu_migration  # noqa: F401
+    import habana_frameworks.torch as ht
+    with pytest.raises(AttributeError, match="does not emulate"):
+        ht.nothing_here
+
+
+def test_disable_removes_the_aliases():
+    compat.enable_habana_imports()
+    import habana_frameworks.torch.core  # noqa: F401
+    compat.disable_habana_imports()
+    assert not compat.enabled() and "habana_frameworks.torch.core" not in sys.modules
+    if importlib.util.find_spec("habana_frameworks") is None:
+        with pytest.raises(ImportError):
+            import habana_frameworks.torch.core  # noqa: F401,F811
+
+
+def _run(args, cwd):
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    return subprocess.run([sys.executable, "-m", "hpu_lab", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_python_m_hpu_lab_run_script(tmp_path):
+    (tmp_path / "helper.py").write_text("VALUE = 42\n")
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""
+        import sys
+        import torch
+        import habana_frameworks.torch.core as htcore
+        import habana_frameworks.torch as ht
+        from helper import VALUE                      # the script's folder is on sys.path
+        x = torch.ones(3, device="hpu") * 2
+        htcore.mark_step()
+        print("result", x.sum().item(), VALUE, sys.argv[1:], __name__, ht.hpu.is_available())
+    """))
+    r = _run(["run", str(script), "--steps", "3"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "result 6.0 42 ['--steps', '3'] __main__ True" in r.stdout
+
+
+def test_python_m_hpu_lab_errors_and_config(tmp_path):
+    r = _run(["run", "missing.py"], tmp_path)
+    assert r.returncode == 2 and "no such file" in r.stderr
+    r = _run(["frobnicate"], tmp_path)
+    assert r.returncode == 2 and "unknown command" in r.stderr
+    r = _run([], tmp_path)
+    assert r.returncode == 0 and "usage" in r.stdout
+    r = _run(["config"], tmp_path)
+    assert r.returncode == 0 and "PT_HPU_LAZY_MODE" in r.stdout
+    bad = tmp_path / "bad.py"
+    bad.write_text("raise SystemExit(3)\n")
+    assert _run(["run", str(bad)], tmp_path).returncode == 3
