@@ -41,7 +41,11 @@ def launch_pending(func) -> None:
             # is not a kernel, and a graph whose outputs nobody holds computes nothing
             S.pg = PendingGraph()
             return
-        lazy.flush(f"eager op {ops.op_name(func)}", user_src(3))
+        try:
+            lazy.flush(f"eager op {ops.op_name(func)}", user_src(3))
+        except BaseException:
+            S.pg = PendingGraph()    # the op failed as a whole (e.g. out of memory): nothing waits
+            raise
 
 
 def _has_live_outputs(pg) -> bool:
