@@ -95,7 +95,9 @@ def is_pointwise(op) -> bool:
 MME_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
            "aten::convolution", "aten::convolution_backward", "aten::_convolution", "aten::addbmm",
            "aten::mv", "aten::dot", "aten::addmv", "aten::_scaled_dot_product_attention_math",
-           "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::einsum", "aten::conv2d"}
+           "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::einsum", "aten::conv2d",
+           # hpex FusedSDPA (hpex/kernels): its matrix products run on the MME
+           "hpu_lab::sdpa_recomp_fwd", "hpu_lab::sdpa_recomp_bwd", "hpu_lab::sdpa_fwd", "hpu_lab::sdpa_bwd"}
 
 
 def engine_of(name: str) -> str:

@@ -1,8 +1,9 @@
 """hpu_lab.hpex: Habana's PyTorch extensions (habana_frameworks.torch.hpex), emulated.
 
+- ``kernels.FusedSDPA``: fused scaled-dot-product attention with recompute / no-recompute modes;
 - ``optimizers.FusedAdamW``, ``optimizers.FusedSGD``: one fused op per optimizer step;
 - ``normalization.FusedClipNorm``: one fused op for gradient-norm clipping;
 
 Each fused kernel is one node of the lazy graph (a ``hpu_lab::`` custom op), see ``_common.py``.
 """
-from . import normalization, optimizers  # noqa: F401
+from . import kernels, normalization, optimizers  # noqa: F401
