@@ -223,3 +223,35 @@ def test_short_block_gets_no_live_redraw_with_the_default_budget():
     finally:
         p.finalize()
     assert p.stats["live_refreshes"] == 0 and p.stats["refreshes"] == 1
+
+
+def test_graph_index_incremental_equals_batch():
+    evs = host_bound_loop(steps=6, shapes_vary=True)
+    idx = pn.GraphIndex()
+    for i in range(0, len(evs), 37):
+        idx.add(evs[i:i + 37])
+    assert idx.items() == pn.graphs_seen(evs) and idx.n == len(evs)
+    assert idx.steps == (0, 5)
+
+
+def test_tail_from_step_reads_only_the_latest_steps():
+    evs = host_bound_loop(steps=10)
+    tail = pn.tail_from_step(evs, 7)
+    assert {e.step for e in tail if isinstance(e, ev.MarkStep)} == {7, 8, 9}
+    assert tail == evs[len(evs) - len(tail):]
+    assert pn.tail_from_step(evs, 0) == evs
+
+
+def test_live_timeline_shows_the_latest_steps(monkeypatch):
+    calls = []
+    real = pn.draw_timeline
+    monkeypatch.setattr(pn, "draw_timeline", lambda events, **kw: calls.append((len(events), kw)) or real(events, **kw))
+    evs = host_bound_loop(steps=30)
+    p = widgets.SectionPanel("", list(evs))
+    p.refresh(["Timeline"])
+    assert calls[-1][1]["step_range"] is None and calls[-1][0] == len(evs)
+    p._live_now = True
+    p.refresh(["Timeline"])
+    n, kw = calls[-1]
+    assert kw["step_range"] == (30 - pn.LIVE_STEPS, 29) and n < len(evs) / 2
+    assert kw["title"].startswith("Running: steps") and kw["t0_ns"] == evs[0].t_start

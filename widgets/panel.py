@@ -9,7 +9,9 @@ redraw and (2) the time spent redrawing, counting the redraw about to happen (es
 slowest redraw of that tab so far), stays within ``budget`` (5%) of the time the section has run. So the
 overhead is bounded from the first redraw on: with a first guess of 0.25 s per redraw, a loop
 sees its first live redraw after ~5 s, short cells only the final panel. ``panel.stats`` counts
-redraws and their time; ``overhead()`` = live redraw time / section time.
+redraws and their time; ``overhead()`` = live redraw time / section time. Measured on a 2-core
+machine: the observer itself costs ~0.25 us per event more than a bare Collector (~0.3% of a
+small MLP training step); a 1500-step loop saw 1 live redraw, 4.2% of its time.
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ import ipywidgets as W
 from hpu_lab import events as ev
 
 from .advisor import advice_html
-from .common import short_key
+from .common import ns_origin, short_key
 from .graph_view import draw_graph
 from .metrics_view import metrics_html
 from .recompiles import recompiles_html
@@ -32,6 +34,8 @@ from .timeline import draw_timeline
 
 TABS = ("Graph", "Timeline", "Recompiles", "Metrics", "Advice")
 FIRST_COST_GUESS = 0.25      # seconds a redraw is assumed to take before one has been measured
+LIVE_STEPS = 12              # a live timeline shows the latest steps only (cheaper, and what is new)
+LIVE_DPI = 60                # live redraws are rendered smaller; the final redraw at full dpi
 
 
 def figure_bundle(fig, dpi: int = 80, scroll_above_px: int = 1400) -> dict:
@@ -51,23 +55,58 @@ def html_bundle(text: str) -> dict:
     return {"output_type": "display_data", "data": {"text/html": text, "text/plain": "(html)"}, "metadata": {}}
 
 
+class GraphIndex:
+    """The distinct recipes with a graph, fed incrementally (a live panel only reads new events)."""
+
+    def __init__(self):
+        self.found: dict = {}        # recipe key -> first Compile/Launch event carrying its graph
+        self.launches: dict = {}     # recipe key -> launches seen
+        self.steps = None            # (lowest, highest) step of a mark_step, else of any event
+        self._marked = False
+        self.n = 0                   # events consumed
+
+    def add(self, events: Sequence[ev.Event]) -> "GraphIndex":
+        for e in events:
+            t = type(e)
+            if t is ev.Launch:
+                self.launches[e.key] = self.launches.get(e.key, 0) + 1
+            if (t is ev.Compile or t is ev.Launch) and e.graph is not None and e.key not in self.found:
+                self.found[e.key] = e
+            if t is ev.MarkStep and not self._marked:
+                self._marked, self.steps = True, None
+            if t is ev.MarkStep or not self._marked:
+                lo, hi = self.steps or (e.step, e.step)
+                self.steps = (min(lo, e.step), max(hi, e.step))
+        self.n += len(events)
+        return self
+
+    def items(self) -> List[tuple]:
+        out = []
+        for i, (key, e) in enumerate(self.found.items(), 1):
+            n = len([x for x in e.graph.nodes if x.op not in ("input", "output")])
+            how = f"step {e.step}: {e.reason}" if isinstance(e, ev.Compile) else \
+                f"step {e.step}: cached before this section"
+            out.append((f"{i}. recipe {short_key(key, 6)} \u00b7 {n} nodes \u00b7 launched "
+                        f"\u00d7{self.launches.get(key, 0)} \u00b7 {how}", e.graph))
+        return out
+
+
 def graphs_seen(events: Sequence[ev.Event]) -> List[tuple]:
     """(label, GraphSummary) for every distinct recipe with a graph, in the order first seen:
     from Compile events (with their reason) and from Launch events of recipes compiled earlier."""
-    found: dict = {}
-    launches: dict = {}
-    for e in events:
-        if isinstance(e, ev.Launch):
-            launches[e.key] = launches.get(e.key, 0) + 1
-        if isinstance(e, (ev.Compile, ev.Launch)) and e.graph is not None and e.key not in found:
-            found[e.key] = e
-    out = []
-    for i, (key, e) in enumerate(found.items(), 1):
-        n = len([x for x in e.graph.nodes if x.op not in ("input", "output")])
-        how = f"step {e.step}: {e.reason}" if isinstance(e, ev.Compile) else f"step {e.step}: cached before this section"
-        out.append((f"{i}. recipe {short_key(key, 6)} \u00b7 {n} nodes \u00b7 launched \u00d7{launches.get(key, 0)} \u00b7 {how}",
-                    e.graph))
-    return out
+    return GraphIndex().add(events).items()
+
+
+def tail_from_step(events: Sequence[ev.Event], step: int) -> list:
+    """The end of ``events`` from just after the last mark_step of a step before ``step``:
+    what a live timeline of the latest steps needs, found without reading the whole list."""
+    i = len(events)
+    while i > 0:
+        e = events[i - 1]
+        if type(e) is ev.MarkStep and e.step < step:
+            break
+        i -= 1
+    return list(events[i:])
 
 
 class SectionPanel:
@@ -87,6 +126,8 @@ class SectionPanel:
         self._next_allowed = 0.0
         self._cost = {name: FIRST_COST_GUESS for name in TABS}    # seconds per redraw: the worst measured
         self._measured: dict = {}
+        self._index = GraphIndex()          # graphs and steps seen so far (incremental)
+        self._live_now = False              # True during a live redraw (smaller, latest steps only)
         self._dirty = set(TABS)
         self._graph_key = None
         self._quiet = False                 # set while the panel itself updates its selectors
@@ -121,6 +162,10 @@ class SectionPanel:
     def attach(self, live: bool = True) -> "SectionPanel":
         """Subscribe to the event stream; with ``live`` redraw while events arrive (throttled)."""
         self.live = live
+        if live:
+            self._quiet = True
+            self.tab.selected_index = TABS.index("Timeline")    # what changes while a loop runs
+            self._quiet = False
         self._attached_at = time.perf_counter()
         self._next_allowed = self._attached_at + self.min_interval
         self._handle = ev.subscribe(self._on_event)
@@ -145,7 +190,11 @@ class SectionPanel:
             self._next_allowed = now + 0.05  # over budget: look again a little later
             return
         self._dirty = set(TABS)
-        self.refresh([tab])
+        self._live_now = True
+        try:
+            self.refresh([tab])
+        finally:
+            self._live_now = False
         self.stats["live_refreshes"] += 1
         self.stats["live_s"] += time.perf_counter() - now
 
@@ -183,7 +232,7 @@ class SectionPanel:
     def _draw(self, name: str, events: list) -> None:
         out = self.outputs[name]
         if name == "Graph":
-            graphs = graphs_seen(events)
+            graphs = self._index.items() if self._index.n == len(events) else graphs_seen(events)
             if not graphs:
                 out.outputs = (html_bundle("<p>No compiled graph in this section yet.</p>"),)
                 return
@@ -194,7 +243,7 @@ class SectionPanel:
                 return                      # the same graph is already drawn
             collapse = {"auto": None, "expanded": False, "collapsed": True}[self.collapse_select.value]
             fig = draw_graph(summary, collapse_clusters=collapse, title=label)
-            out.outputs = (figure_bundle(fig, self.dpi),)
+            out.outputs = (figure_bundle(fig, LIVE_DPI if self._live_now else self.dpi),)
             self._graph_key = key
         elif name == "Timeline":
             if not events:
@@ -202,9 +251,14 @@ class SectionPanel:
                 return
             lo, hi = self.step_range.value
             full = (lo, hi) == (self.step_range.min, self.step_range.max)
-            fig = draw_timeline(events, step_range=None if full else (lo, hi),
-                                title=f"{self.title}: host and device timeline" if self.title else None)
-            out.outputs = (figure_bundle(fig, self.dpi),)
+            title = f"{self.title}: host and device timeline" if self.title else None
+            steps, shown = (None if full else (lo, hi)), events
+            if self._live_now and full and hi - lo >= LIVE_STEPS:
+                steps = (hi - LIVE_STEPS + 1, hi)
+                shown = tail_from_step(events, steps[0])
+                title = f"Running: steps {steps[0]}\u2013{hi} (the whole timeline when the cell ends)"
+            fig = draw_timeline(shown, step_range=steps, title=title, t0_ns=ns_origin(events))
+            out.outputs = (figure_bundle(fig, LIVE_DPI if self._live_now else self.dpi),)
         elif name == "Recompiles":
             out.outputs = (html_bundle(recompiles_html(events)),)
         elif name == "Metrics":
@@ -216,14 +270,16 @@ class SectionPanel:
         """Keep the graph list and the step slider in step with the events (without redrawing)."""
         self._quiet = True
         try:
-            graphs = graphs_seen(events)
+            if len(events) < self._index.n:          # the list was replaced: index it again
+                self._index = GraphIndex()
+            self._index.add(events[self._index.n:])
+            graphs = self._index.items()
             opts = [(label, i) for i, (label, _) in enumerate(graphs)]
             if opts != list(self.graph_select.options):
                 keep = self.graph_select.value
                 self.graph_select.options = opts
                 self.graph_select.value = keep if keep is not None and keep < len(opts) else (0 if opts else None)
-            steps = [e.step for e in events if isinstance(e, ev.MarkStep)] or [e.step for e in events] or [0]
-            lo, hi = min(steps), max(steps)
+            lo, hi = self._index.steps or (0, 0)
             following = self.step_range.value == (self.step_range.min, self.step_range.max)
             if (lo, hi) != (self.step_range.min, self.step_range.max):
                 if hi > self.step_range.max:
@@ -243,7 +299,7 @@ class SectionPanel:
         self._draw(name, list(self.events))
 
     def _show(self, name: str) -> None:
-        if name in self._dirty:
+        if name in self._dirty and not self._quiet:
             self.refresh([name])
 
     def _update_status(self) -> None:

@@ -255,10 +255,11 @@ def _lane_title(lane: str) -> str:
 
 
 def draw_timeline(events: Sequence[ev.Event], step_range: Optional[Tuple[int, int]] = None, ax=None,
-                  title: Optional[str] = None, compact: bool = False):
+                  title: Optional[str] = None, compact: bool = False, t0_ns: Optional[int] = None):
     """Draw the timeline of ``events`` (optionally only steps ``step_range``, inclusive) and return
     the matplotlib Figure. Compile markers: blue = first compile, red = recompile; host syncs
-    are red bars with a red diamond; dotted lines are mark_step boundaries."""
+    are red bars with a red diamond; dotted lines are mark_step boundaries. ``t0_ns``: the zero
+    of the time axis (default: the first event), for drawing a tail of a longer section."""
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
@@ -266,13 +267,14 @@ def draw_timeline(events: Sequence[ev.Event], step_range: Optional[Tuple[int, in
     from matplotlib import transforms
 
     all_events = list(events)
-    t0 = ns_origin(all_events)
+    t0 = ns_origin(all_events) if t0_ns is None else t0_ns
     shown = in_steps(all_events, step_range)
     rows = timeline_rows(shown, t0=t0)
     lanes = lanes_of(shown) if shown else ["host"]
-    if ax is None:
+    own_figure = ax is None
+    if own_figure:                       # margins set by hand below (constrained layout draws twice)
         h = (0.55 * len(lanes) + 1.0) if compact else (0.9 * len(lanes) + 2.3)
-        fig = Figure(figsize=(6.5, h) if compact else (12, h), layout="constrained")
+        fig = Figure(figsize=(6.5, h) if compact else (12, h))
         ax = fig.add_subplot()
     fig = ax.figure
     ypos = {lane: -i for i, lane in enumerate(lanes)}
@@ -390,6 +392,13 @@ def draw_timeline(events: Sequence[ev.Event], step_range: Optional[Tuple[int, in
         ax.set_title(title, fontsize=12, loc="left", pad=30)
         ax.annotate(v.text, xy=(0, 1), xycoords="axes fraction", xytext=(0, 13), textcoords="offset points",
                     fontsize=10, color=vcolor, fontweight="bold", ha="left", va="bottom", gid="verdict")
-        ax.legend(handles=legend, loc="upper center", bbox_to_anchor=(0.5, -0.16 - 0.04 * (3 - min(len(lanes), 3))),
-                  ncol=min(6, max(1, len(legend))), fontsize=8, frameon=False)
+        ncol = min(6, max(1, len(legend)))
+        ax.legend(handles=legend, loc="lower center", bbox_to_anchor=(0.5, 0.005), bbox_transform=fig.transFigure,
+                  ncol=ncol, fontsize=8, frameon=False)
+    if own_figure:
+        fw, fh = fig.get_size_inches()
+        left_in = 1.35 if compact else 1.75                      # room for the lane names
+        top_in = 0.45 if compact else 0.8                        # title (+ verdict and step labels)
+        bottom_in = 0.42 if compact else 0.55 + 0.19 * -(-len(legend) // ncol) + 0.05
+        fig.subplots_adjust(left=left_in / fw, right=1 - 0.2 / fw, top=1 - top_in / fh, bottom=bottom_in / fh)
     return fig
