@@ -33,7 +33,9 @@ def test_cache_per_step_hits_and_misses():
 
 def test_recompiles_html_highlights_recompiles():
     html = rc.recompiles_html(host_bound_loop(steps=4, shapes_vary=True))
-    assert html.count('<tr class="re">') == 2 + 3       # 2 recompile rows + 3 steps with a miss
+    # 2 recompile rows + the cache rows with a miss: steps 0-1 (grouped: same counts) and 3
+    assert html.count('<tr class="re">') == 2 + 2
+    assert "<td style=\"text-align:right\">0\u20131</td>" in html
     assert "input 0 shape changed (32, 64) -&gt; (16, 64)" in html
     assert "3 compiles" in html and "2 recompiles" in html
     assert "No recipe-cache lookups" in rc.recompiles_html([])
@@ -78,3 +80,14 @@ def test_compare_rows_and_figure():
     assert len(fig.axes) == 2
     assert fig.axes[0].get_title(loc="left").startswith("lazy")
     assert "<table" in cmp.compare_html({"lazy": a})
+
+
+def test_notebook_cell_sources_read_as_cell_lines():
+    from widgets.common import pretty_src
+    assert pretty_src("1591153720.py:3") == "cell line 3"
+    assert pretty_src("/tmp/ipykernel_77/1591153720.py:12") == "cell line 12"
+    assert pretty_src("train.py:3") == "train.py:3" and pretty_src("") == ""
+    s = Sim()
+    s.op()
+    s.mark_step(src="1591153720.py:7")
+    assert rc.recompile_rows(s.events)[0]["src"] == "cell line 7"

@@ -12,7 +12,7 @@ from typing import Callable, List, Sequence
 
 from hpu_lab import events as ev
 
-from .common import launch_steps, step_of
+from .common import launch_steps, pretty_src, step_of
 from .timeline import verdict
 
 # Host syncs that read a value back to Python (logging / printing), as opposed to an explicit
@@ -95,7 +95,7 @@ def value_read_syncs(events: Sequence[ev.Event]) -> List[str]:
     if len(read_steps) < EVERY_STEP_FRACTION * len(steps):
         return []
     (reason, src), _ = Counter((e.reason, e.src) for e in reads).most_common(1)[0]
-    where = f" at {src}" if src else ""
+    where = f" at {pretty_src(src)}" if src else ""
     what = ".item() (e.g. loss.item())" if reason == ".item()" else reason
     return [f"{what}{where} forces a host sync in {len(read_steps)} of {len(steps)} steps "
             f"({len(reads)} syncs) \u2014 the host waits for the device each time; log every N steps "

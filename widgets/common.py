@@ -4,6 +4,7 @@ Everything here is a pure function of a list of ``hpu_lab.events`` dataclasses.
 """
 from __future__ import annotations
 
+import re
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from hpu_lab import events as ev
@@ -71,6 +72,15 @@ def short_op(op: str) -> str:
     """'aten::addmm' -> 'addmm'; 'aten::_log_softmax_backward_data' -> '_log_softmax_bwd_data'."""
     name = op.split("::", 1)[-1]
     return name.replace("backward", "bwd")
+
+
+_CELL_FILE = re.compile(r"^(?:.*/)?\d{6,}\.py:(\d+)$")     # ipykernel names cells /tmp/ipykernel_N/123456789.py
+
+
+def pretty_src(src: str) -> str:
+    """'1591153720.py:3' (a notebook cell, as ipykernel names it) -> 'cell line 3'; others unchanged."""
+    m = _CELL_FILE.match(src or "")
+    return f"cell line {m.group(1)}" if m else src
 
 
 def short_key(key: str, n: int = 8) -> str:

@@ -11,7 +11,7 @@ from typing import Dict, List, Sequence
 
 from hpu_lab import events as ev
 
-from .common import ms, ns_origin, short_key
+from .common import ms, ns_origin, pretty_src, short_key
 
 FIRST = "first compile"
 
@@ -33,7 +33,7 @@ def recompile_rows(events: Sequence[ev.Event]) -> List[dict]:
             "key": short_key(c.key),
             "nodes": c.node_count,
             "reason": c.reason,
-            "src": c.src,
+            "src": pretty_src(c.src),
             "compile_ms": round(c.duration_ns / 1e6, 3),
             "recompile": is_recompile(c),
         })
@@ -50,6 +50,20 @@ def cache_per_step(events: Sequence[ev.Event]) -> List[dict]:
     return [per[s] for s in sorted(per)]
 
 
+def _runs(per_step: List[dict]) -> List[dict]:
+    """Consecutive steps with the same hits and misses as one row ("2\u201357"), for display."""
+    out: List[dict] = []
+    for r in per_step:
+        last = out[-1] if out else None
+        if last and (last["hits"], last["misses"]) == (r["hits"], r["misses"]) and last["_hi"] == r["step"] - 1:
+            last["_hi"] = r["step"]
+            last["steps"] = f"{last['_lo']}\u2013{r['step']}"
+        else:
+            out.append({"steps": str(r["step"]), "hits": r["hits"], "misses": r["misses"],
+                        "_lo": r["step"], "_hi": r["step"]})
+    return out
+
+
 _CSS = ("<style>.hpu-t{border-collapse:collapse;font-size:12px;margin:4px 0 10px 0}"
         ".hpu-t th,.hpu-t td{border:1px solid #ddd;padding:2px 6px;text-align:left;vertical-align:top}"
         ".hpu-t th{background:#f3f3f3}.hpu-t tr.re td{background:#fdecea}"
@@ -58,12 +72,14 @@ _CSS = ("<style>.hpu-t{border-collapse:collapse;font-size:12px;margin:4px 0 10px
 
 def table_html(rows: List[dict], columns: List[tuple], row_class=None) -> str:
     """A plain HTML table: ``columns`` = [(key, header, numeric?), ...]."""
-    head = "".join(f"<th>{html.escape(h)}</th>" for _, h, _ in columns)
+    # inline alignment: JupyterLab's own table style (right-aligned cells) wins over a class rule
+    def align(num):
+        return ' style="text-align:right"' if num else ' style="text-align:left"'
+    head = "".join(f"<th{align(num)}>{html.escape(h)}</th>" for _, h, num in columns)
     body = []
     for r in rows:
         cls = f' class="{row_class(r)}"' if row_class and row_class(r) else ""
-        cells = "".join(f'<td class="n">{html.escape(str(r[k]))}</td>' if num else f"<td>{html.escape(str(r[k]))}</td>"
-                        for k, _, num in columns)
+        cells = "".join(f"<td{align(num)}>{html.escape(str(r[k]))}</td>" for k, _, num in columns)
         body.append(f"<tr{cls}>{cells}</tr>")
     return f'<table class="hpu-t"><tr>{head}</tr>{"".join(body)}</table>'
 
@@ -86,7 +102,8 @@ def recompiles_html(events: Sequence[ev.Event]) -> str:
         hits = sum(r["hits"] for r in cache)
         misses = sum(r["misses"] for r in cache)
         out.append(f"<b>Recipe cache</b>: {hits} hits, {misses} misses")
-        out.append(table_html(cache, [("step", "step", True), ("hits", "hits", True), ("misses", "misses", True)],
+        out.append(table_html(_runs(cache), [("steps", "steps", True), ("hits", "hits per step", True),
+                                             ("misses", "misses per step", True)],
                               row_class=lambda r: "re" if r["misses"] else ""))
     else:
         out.append("<p>No recipe-cache lookups in this section.</p>")
