@@ -1,0 +1,416 @@
+"""The disk recipe cache: ``PT_HPU_RECIPE_CACHE_CONFIG=<path>,<delete>,<max MB>`` (seed 003).
+
+A recipe compiled in one process is found by the next one on disk: the bridge looks "first in
+mem cache, then in disk cache". Here ``lazy._lookup_hooks`` asks ``lookup`` after an in-memory
+miss, and ``lazy._compile_hooks`` hands every new recipe to ``store``, which only queues it: a
+background thread serializes it and evicts, so graph launch is not delayed.
+
+- Key: a sha256 of a canonical text of the graph key (ops by name, shapes, dtypes, constants),
+  the same in every process; the text itself is stored and compared, so a digest collision can
+  never run the wrong recipe. Graphs whose key holds anything without a stable text are not cached.
+- File: ``<digest>.recipe``, written to a temporary name and renamed (readers never see half a
+  file), with a header carrying the payload's length and sha256. A truncated or corrupt file is
+  detected, logged, removed and recompiled; it is never executed.
+- Eviction: after each store, under ``flock`` on ``eviction.lock`` (one process at a time),
+  oldest files first (creation time; modification time where the file system has none) until the
+  folder is at most 0.99 x max. ``LOG_LEVEL_PT_HABHELPER=2`` logs "Removed <recipe id>
+  successfully. Disk cache size after removal: <size>".
+- ``delete=true`` clears the folder when the process first uses it.
+
+``hpu_lab/__init__.py`` installs the two hooks (importing this module on first use, so that
+``python -m hpu_lab.disk_cache --measure``, which times a cold and a warm start of seed 000's
+training step, runs it as a fresh module).
+"""
+from __future__ import annotations
+
+import atexit
+import fcntl
+import hashlib
+import io
+import os
+import pickle
+import queue
+import sys
+import threading
+import warnings
+
+import torch
+import torch.fx as fx
+
+from . import config
+from . import events as ev
+from .compiler import build
+from .compiler.recipe import Recipe
+
+# TorchScript is how recipes run (compiler/lowering.py); its save/load deprecation notice is
+# about torch.export for models, not a problem of this cache (and would repeat for every recipe)
+warnings.filterwarnings("ignore", message=r"`torch\.jit\.(save|load)` is deprecated", category=DeprecationWarning)
+
+FORMAT = 1
+MAGIC = b"HPULABRECIPE"
+SUFFIX = ".recipe"
+LOCK = "eviction.lock"
+
+
+class Uncacheable(Exception):
+    """The graph key holds a value with no stable text."""
+
+
+# ---------------------------------------------------------------- stable keys
+
+def _op(qualname: str, overload: str):
+    ns, name = qualname.split("::")
+    return getattr(getattr(getattr(torch.ops, ns), name), overload)
+
+
+def _text(x, out: list) -> None:
+    t = type(x)
+    if t is tuple or t is list:
+        out.append("(" if t is tuple else "[")
+        for y in x:
+            _text(y, out)
+            out.append(",")
+        out.append(")" if t is tuple else "]")
+    elif t in (str, int, float, bool, complex, type(None)):
+        out.append(f"{t.__name__}:{x!r}")        # float repr round-trips exactly
+    elif t in (torch.dtype, torch.device, torch.layout, torch.memory_format):
+        out.append(f"{t.__name__}:{x}")
+    elif isinstance(x, torch._ops.OpOverload):
+        out.append(f"op:{x._schema.name}.{x._overloadname}")
+    elif callable(x) and getattr(x, "__module__", None) and getattr(x, "__qualname__", None):
+        out.append(f"fn:{x.__module__}.{x.__qualname__}")
+    else:
+        raise Uncacheable(f"{t.__name__} in a graph key")
+
+
+def key_text(key) -> str:
+    out = [f"hpu_lab-recipe/{FORMAT}/torch-{torch.__version__}/{config.get('HPU_LAB_RECIPE_EXECUTOR')}|"]
+    _text(key.sigs, out)
+    out.append("|")
+    _text(key.outs, out)
+    return "".join(out)
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:40]
+
+
+# ---------------------------------------------------------------- serialization
+
+class _Pickler(pickle.Pickler):
+    def reducer_override(self, obj):
+        if isinstance(obj, torch._ops.OpOverload):       # not picklable by itself: by name
+            return (_op, (obj._schema.name, obj._overloadname))
+        return NotImplemented
+
+
+def serialize(recipe, text: str) -> bytes:
+    g = fx.Graph()
+    env: dict = {}
+    out = g.graph_copy(recipe.gm.graph, env)             # a copy without the owning module
+    g.output(out)
+    for old, new in env.items():
+        new.meta = dict(old.meta)
+    ts = None
+    if recipe.backend == "torchscript":
+        buf = io.BytesIO()
+        torch.jit.save(recipe.fn, buf)
+        ts = buf.getvalue()
+    body = {"key": text, "graph": g, "torchscript": ts, "backend": recipe.backend,
+            "node_count": recipe.node_count, "clusters": recipe.clusters,
+            "peak_bytes": recipe.peak_bytes, "summary": recipe.summary}
+    f = io.BytesIO()
+    _Pickler(f, protocol=pickle.HIGHEST_PROTOCOL).dump(body)
+    payload = f.getvalue()
+    return b"%s %d %d %s\n" % (MAGIC, FORMAT, len(payload), hashlib.sha256(payload).hexdigest().encode()) + payload
+
+
+class Corrupt(Exception):
+    pass
+
+
+def deserialize(data: bytes) -> dict:
+    head, sep, payload = data.partition(b"\n")
+    parts = head.split(b" ")
+    if not sep or len(parts) != 4 or parts[0] != MAGIC or parts[1] != b"%d" % FORMAT:
+        raise Corrupt("bad header")
+    if int(parts[2]) != len(payload):
+        raise Corrupt(f"truncated: {len(payload)} of {int(parts[2])} bytes")
+    if hashlib.sha256(payload).hexdigest().encode() != parts[3]:
+        raise Corrupt("checksum mismatch")
+    return pickle.loads(payload)
+
+
+class _LazyGM:
+    """The recipe's fx module, built only if someone reads it (code view, failure report)."""
+
+    def __init__(self, graph, forward=None):
+        self._graph, self._gm = graph, None
+        if forward is not None:
+            self.forward = forward
+
+    def __getattr__(self, name):
+        if self._gm is None:
+            self._gm = fx.GraphModule(torch.nn.Module(), self._graph)
+        return getattr(self._gm, name)
+
+
+def _recipe(body: dict, key, nodes, externals, site, load_ns) -> Recipe:
+    ts = body["torchscript"]
+    fn = torch.jit.load(io.BytesIO(ts)) if ts is not None else None
+    gm = _LazyGM(body["graph"], fn)
+    r = Recipe(key, gm, body["node_count"], body["clusters"], body["peak_bytes"], body["summary"],
+               build.describe(nodes, externals), site, load_ns)
+    r.fn, r.backend = (fn, "torchscript") if fn is not None else (gm.forward, "fx")
+    r.reason = "loaded from the disk cache"
+    r.from_disk = True
+    return r
+
+
+# ---------------------------------------------------------------- the cache folder
+
+def _log(msg: str) -> None:
+    if config.get("LOG_LEVEL_PT_HABHELPER") <= 2:
+        print(msg, file=sys.stderr, flush=True)
+
+
+class DiskCacheWarning(RuntimeWarning):
+    pass
+
+
+def _warn(msg: str) -> None:
+    warnings.warn(f"hpu_lab disk cache: {msg}", DiskCacheWarning, stacklevel=2)
+
+
+def _ctime(st) -> float:
+    return getattr(st, "st_birthtime", None) or st.st_mtime
+
+
+class Folder:
+    def __init__(self, cfg):
+        self.path = cfg.path
+        self.max_bytes = None if cfg.max_mb is None else int(cfg.max_mb * 1024 * 1024)
+        os.makedirs(self.path, exist_ok=True)
+        if cfg.delete:
+            with self._locked():
+                for name in os.listdir(self.path):
+                    if name.endswith(SUFFIX) or name.startswith(".tmp-"):
+                        _unlink(os.path.join(self.path, name))
+
+    def file(self, dig: str) -> str:
+        return os.path.join(self.path, dig + SUFFIX)
+
+    def _locked(self):
+        return _FLock(os.path.join(self.path, LOCK))
+
+    def write(self, dig: str, data: bytes) -> None:
+        tmp = os.path.join(self.path, f".tmp-{os.getpid()}-{threading.get_ident()}-{dig}")
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, self.file(dig))          # atomic: a reader sees all of it or nothing
+
+    def evict(self) -> None:
+        if self.max_bytes is None:
+            return
+        limit = 0.99 * self.max_bytes
+        with self._locked():
+            files = []
+            for name in os.listdir(self.path):
+                if name.endswith(SUFFIX):
+                    try:
+                        st = os.stat(os.path.join(self.path, name))
+                    except FileNotFoundError:
+                        continue
+                    files.append((_ctime(st), name, st.st_size))
+            total = sum(f[2] for f in files)
+            for _, name, size in sorted(files):
+                if total <= limit:
+                    break
+                if _unlink(os.path.join(self.path, name)):
+                    total -= size
+                    _log(f"Removed {name[:-len(SUFFIX)]} successfully. Disk cache size after removal: "
+                         f"{total / (1024 * 1024):.2f} MB")
+
+
+class _FLock:
+    def __init__(self, path):
+        self.path = path
+
+    def __enter__(self):
+        self.f = open(self.path, "a+")
+        fcntl.flock(self.f, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        fcntl.flock(self.f, fcntl.LOCK_UN)
+        self.f.close()
+
+
+def _unlink(path) -> bool:
+    try:
+        os.unlink(path)
+        return True
+    except FileNotFoundError:
+        return False
+
+
+# ---------------------------------------------------------------- hooks and the writer thread
+
+_state = {"cfg": None, "folder": None}
+_queue: queue.Queue = queue.Queue()
+_writer = None
+
+
+def folder():
+    """The active cache folder (None when PT_HPU_RECIPE_CACHE_CONFIG is unset)."""
+    cfg = config.get("PT_HPU_RECIPE_CACHE_CONFIG")
+    if cfg != _state["cfg"]:
+        _state["cfg"], _state["folder"] = cfg, (Folder(cfg) if cfg is not None else None)
+    return _state["folder"]
+
+
+def lookup(key, nodes, externals, outs, site):
+    f = folder()
+    if f is None:
+        return None
+    t0 = ev.now()
+    try:
+        text = key_text(key)
+    except Uncacheable:
+        return None
+    path = f.file(digest(text))
+    body = None
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+        body = deserialize(data)
+        if body["key"] != text:
+            raise Corrupt("a different graph under the same digest")
+    except FileNotFoundError:
+        pass
+    except Exception as e:  # noqa: BLE001 - any unreadable file: never run it, recompile
+        _warn(f"{os.path.basename(path)} is unusable ({e}); removed, the graph compiles again")
+        _unlink(path)
+        body = None
+    if body is None:
+        ev.emit(ev.CacheLookup(t0, ev.now(), "host", ev.recorder.step, hit=False, key=key.short, source="disk"))
+        return None
+    r = _recipe(body, key, nodes, externals, site, 0)
+    r.compile_ns = ev.now() - t0                   # what this "compile" cost: the load
+    ev.emit(ev.CacheLookup(t0, ev.now(), "host", ev.recorder.step, hit=True, key=key.short, source="disk"))
+    return r
+
+
+def store(recipe) -> None:
+    f = folder()
+    if f is None or getattr(recipe, "from_disk", False):
+        return
+    _start_writer()
+    _queue.put((f, recipe))
+
+
+def _start_writer():
+    global _writer
+    if _writer is None or not _writer.is_alive():
+        if _writer is None:
+            atexit.register(flush_writes)
+        _writer = threading.Thread(target=_write_loop, name="hpu_lab-disk-cache", daemon=True)
+        _writer.start()
+
+
+def _write_loop():
+    while True:
+        f, recipe = _queue.get()
+        try:
+            text = key_text(recipe.key)
+            f.write(digest(text), serialize(recipe, text))
+            f.evict()
+        except Uncacheable:
+            pass
+        except Exception as e:  # noqa: BLE001 - a failed store only costs a later compile
+            _warn(f"could not store recipe {recipe.short_key}: {type(e).__name__}: {e}")
+        finally:
+            _queue.task_done()
+
+
+def flush_writes() -> None:
+    """Wait until every queued recipe is on disk (also run at exit, so a short script's recipes
+    are there for the next process)."""
+    if _writer is not None and _writer.is_alive():
+        _queue.join()
+        atexit.register(flush_writes)
+
+
+# ---------------------------------------------------------------- cold vs warm start, measured
+
+def _training_steps(steps: int = 3) -> dict:
+    """Seed 000's MNIST MLP training loop in lazy mode; what compiling cost this process."""
+    import json
+    import torch.nn.functional as F
+    from . import core as htcore
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = torch.nn.Linear(784, 128), torch.nn.Linear(128, 10)
+            self.dropout = torch.nn.Dropout(0.5)
+
+        def forward(self, x):
+            x = self.dropout(F.relu(self.fc1(torch.flatten(x, 1))))
+            return F.log_softmax(self.fc2(x), dim=1)
+
+    torch.manual_seed(0)
+    model = Net().to("hpu")
+    opt = torch.optim.Adadelta(model.parameters(), lr=0.1)
+    with ev.Collector() as c:
+        for _ in range(steps):
+            data, target = torch.randn(200, 1, 28, 28), torch.randint(0, 10, (200,))
+            loss = F.nll_loss(model(data.to("hpu")), target.to("hpu"))
+            opt.zero_grad()
+            loss.backward()
+            htcore.mark_step()
+            opt.step()
+            htcore.mark_step()
+        final = loss.item()
+    flush_writes()
+    disk = [e for e in c.of(ev.CacheLookup) if e.source == "disk" and e.hit]
+    return json.loads(json.dumps({
+        "compiles": len(c.of(ev.Compile)), "compile_ms": sum(e.duration_ns for e in c.of(ev.Compile)) / 1e6,
+        "disk_hits": len(disk), "disk_load_ms": sum(e.duration_ns for e in disk) / 1e6, "loss": final}))
+
+
+def measure(repeats: int = 3, folder_path: str = "") -> dict:
+    """Cold (empty cache) and warm (second process) starts, each in a fresh process."""
+    import json
+    import statistics
+    import subprocess
+    import tempfile
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    runs = {"cold": [], "warm": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = folder_path or os.path.join(tmp, "recipes")
+        for _ in range(repeats):
+            for kind, delete in (("cold", "true"), ("warm", "false")):
+                env["PT_HPU_RECIPE_CACHE_CONFIG"] = f"{path},{delete},1024"
+                out = subprocess.run([sys.executable, "-c", "import json, hpu_lab.disk_cache as d; "
+                                      "print(json.dumps(d._training_steps()))"],
+                                     env=env, capture_output=True, text=True, check=True)
+                runs[kind].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    cold = statistics.median(r["compile_ms"] for r in runs["cold"])
+    warm = statistics.median(r["disk_load_ms"] + r["compile_ms"] for r in runs["warm"])
+    return {"cold_compile_ms": cold, "warm_compile_ms": warm, "ratio": warm / cold, "runs": runs}
+
+
+if __name__ == "__main__":
+    if "--measure" in sys.argv:
+        m = measure()
+        c, w = m["runs"]["cold"][0], m["runs"]["warm"][0]
+        print(f"cold start: {m['cold_compile_ms']:.1f} ms compiling {c['compiles']} recipes (median of "
+              f"{len(m['runs']['cold'])} fresh processes)")
+        print(f"warm start: {m['warm_compile_ms']:.1f} ms loading {w['disk_hits']} recipes from disk, "
+              f"{w['compiles']} compiled")
+        print(f"warm / cold = {100 * m['ratio']:.1f}% (target: at most 20%); same loss: "
+              f"{c['loss'] == w['loss']}")
+    else:
+        print(__doc__)
