@@ -12,7 +12,7 @@ from typing import List, Sequence, Tuple
 
 from .metrics_view import section_metrics
 from .recompiles import table_html, _CSS
-from .timeline import draw_timeline
+from .timeline import draw_timeline, legend_handles, timeline_rows
 
 
 def _pairs(sections) -> List[Tuple[str, list]]:
@@ -42,12 +42,15 @@ def draw_compare(sections, sharex: bool = False):
     """A Figure with one compact timeline per section, top to bottom."""
     from matplotlib.figure import Figure
     pairs = _pairs(sections)
-    fig = Figure(figsize=(11, 1.9 * max(len(pairs), 1) + 0.4), layout="constrained")
+    fig = Figure(figsize=(11, 1.9 * max(len(pairs), 1) + 1.1), layout="constrained")
     axes = fig.subplots(max(len(pairs), 1), 1, sharex=sharex, squeeze=False)[:, 0]
+    kinds = set()
     for ax, (title, events) in zip(axes, pairs):
         draw_timeline(events, ax=ax, compact=True, title=title)
-    fig.suptitle("Sections compared: the same time axis unit (ms), each from its own start", fontsize=10, x=0.01,
+        kinds |= {b.kind for b in timeline_rows(events)}
+    fig.suptitle("Sections side by side (each from its own start: the time scales differ)", fontsize=10, x=0.01,
                  ha="left")
+    fig.legend(handles=legend_handles(kinds), loc="outside lower center", ncol=6, fontsize=8, frameon=False)
     return fig
 
 

@@ -250,6 +250,21 @@ _LEGEND_NAME = {
 }
 
 
+def legend_handles(kinds, compiles=True, syncs=True):
+    """Legend entries for bar ``kinds`` (in drawing order), plus the compile and sync markers."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+    out = [Patch(facecolor=COLORS.get(k, "#999999"), hatch="////" if k == "idle" else None,
+                 edgecolor="#bbbbbb" if k == "idle" else "none", label=_LEGEND_NAME.get(k, k))
+           for k in sorted(set(kinds), key=lambda k: _DRAW_ORDER.index(k) if k in _DRAW_ORDER else 99)]
+    if compiles:
+        out += [Line2D([], [], marker="v", linestyle="none", color=COLORS[n], markeredgecolor="black", label=n)
+                for n in ("first compile", "recompile")]
+    if syncs:
+        out.append(Line2D([], [], marker="D", linestyle="none", color=COLORS["host sync"], label="host sync"))
+    return out
+
+
 def _lane_title(lane: str) -> str:
     return "host (Python)" if lane == "host" else f"{lane} (device stream {lane.split(':')[-1]})"
 
