@@ -134,6 +134,10 @@ class SectionPanel:
         self.finished = False
 
         self.outputs = {name: W.Output() for name in TABS}
+        for out in self.outputs.values():
+            out.outputs = (html_bundle("<p style='color:#777'>Waiting for events. While the cell runs this tab is "
+                                       "redrawn only as often as keeps the redraws under 5% of the run time; "
+                                       "it is drawn in full when the cell ends.</p>"),)
         self.graph_select = W.Dropdown(description="graph", options=[], layout=W.Layout(width="70%"))
         self.collapse_select = W.Dropdown(description="clusters",
                                           options=[("auto", "auto"), ("expanded", "expanded"), ("collapsed", "collapsed")],
