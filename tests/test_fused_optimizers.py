@@ -133,7 +133,8 @@ def test_learning_rate_change_does_not_recompile(collect):
         _step(m, opt, x, y)
         sched.step()
         htcore.mark_step()
-    compiles = [e for e in collect.of(events.Compile) if any(n.op == "hpu_lab::optimizer_adamw_" for n in e.graph.nodes)]
+    compiles = [e for e in collect.of(events.Compile)
+                if any(n.op == "hpu_lab::optimizer_adamw_" for n in e.graph.nodes)]
     # the first step creates the moments (zeros_like) in its graph; every later step is one recipe
     assert len(compiles) == 2
 

@@ -150,7 +150,8 @@ def _grads_meta(dout, q, k, v, *rest):
     return tuple(torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
 
 
-_FWD_ARGS = "Tensor q, Tensor k, Tensor v, Tensor? attn_mask, float dropout_p, float scale, bool is_causal, Tensor? seed"
+_FWD_ARGS = ("Tensor q, Tensor k, Tensor v, Tensor? attn_mask, float dropout_p, float scale, bool is_causal, "
+             "Tensor? seed")
 define(f"sdpa_recomp_fwd({_FWD_ARGS}) -> (Tensor out, Tensor logsumexp)", _recomp_fwd, _recomp_fwd_meta)
 define("sdpa_recomp_bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor? attn_mask, Tensor out, "
        "Tensor logsumexp, float dropout_p, float scale, bool is_causal, Tensor? seed) -> (Tensor, Tensor, Tensor)",
@@ -224,7 +225,8 @@ class FusedSDPA(torch.autograd.Function):
             out, stats = torch.ops.hpu_lab.sdpa_recomp_fwd(*args)
         else:
             out, stats = torch.ops.hpu_lab.sdpa_fwd(*args)
-        ctx.recompute, ctx.dropout_p, ctx.scale, ctx.is_causal = recompute, float(dropout_p), float(scale), bool(is_causal)
+        ctx.recompute, ctx.dropout_p, ctx.scale = recompute, float(dropout_p), float(scale)
+        ctx.is_causal = bool(is_causal)
         ctx.seed = seed
         if requires_backward:
             # recompute: q, k, v, mask, out, logsumexp; no-recompute: q, k, v, probabilities, out
