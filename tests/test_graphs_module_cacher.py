@@ -171,3 +171,17 @@ def test_eager_mode_runs_uncached():
     with ev.Collector(kinds=[ev.CaptureEnd]) as c:
         model(torch.randn(2, 12).to("hpu"))
     assert not c.events and mc.num_graphs == 0
+
+
+def test_a_new_shape_is_a_capture_whose_compile_says_why():
+    """Each new graph is an event, and its compile names what changed against the last capture."""
+    from hpu_lab import events as ev
+    model = Net().to("hpu")
+    torch.hpu.ModuleCacher()(model=model)
+    reasons = []
+    for n in (4, 4, 6):
+        with ev.Collector(kinds=[ev.Compile]) as c:
+            model(torch.randn(n, 12).to("hpu")).sum().backward()
+        reasons.append([e.reason for e in c.events if "capture of the forward of Net" in e.src])
+    assert reasons[1] == []                                   # same shape: replayed, nothing compiled
+    assert len(reasons[2]) == 1 and reasons[2][0].endswith("shape changed (4, 12) -> (6, 12)")

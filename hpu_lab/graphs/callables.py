@@ -101,6 +101,9 @@ def make_graphed_callables(callables, sample_args, warmups: int = 0, allow_unuse
 
     # forward graphs, in order
     fwd_graphs = [HPUGraph() for _ in callables]
+    names = [_name(c) for c in callables]
+    for g, n in zip(fwd_graphs, names):
+        g.label = f"the forward of {n}"
     static_outs, specs = [], []
     for func, args, g in zip(callables, sample_args, fwd_graphs):
         with graph(g, stream=default_stream(), dry_run=dry):
@@ -119,6 +122,7 @@ def make_graphed_callables(callables, sample_args, warmups: int = 0, allow_unuse
         if not any(o.requires_grad for o in outs) or not inputs:
             continue                                   # nothing to differentiate: no backward graph
         g = HPUGraph()
+        g.label = f"the backward of {names[i]}"
         with graph(g, stream=default_stream(), dry_run=dry):
             grads = torch.autograd.grad(tuple(o for o in outs if o.requires_grad), inputs,
                                         grad_outputs=tuple(x for x in grad_outs if x is not None),
@@ -131,7 +135,7 @@ def make_graphed_callables(callables, sample_args, warmups: int = 0, allow_unuse
     ret = []
     for i, func in enumerate(callables):
         graphed = _graphed_function(fwd_graphs[i], bwd[i], params[i], sample_args[i], static_outs[i],
-                                    specs[i], asynchronous, getattr(func, "__name__", type(func).__name__))
+                                    specs[i], asynchronous, names[i])
         if isinstance(func, torch.nn.Module):
             func._hpu_orig_forward = func.forward
             func.forward = _graphed_forward(func, func.training, graphed, func.forward)
@@ -141,6 +145,13 @@ def make_graphed_callables(callables, sample_args, warmups: int = 0, allow_unuse
             graphed._hpu_graphs = (fwd_graphs[i], bwd[i][0] if bwd[i] else None)
             ret.append(graphed)
     return ret[0] if just_one else tuple(ret)
+
+
+def _name(c) -> str:
+    if isinstance(c, torch.nn.Module):
+        inner = getattr(c, "model", None)        # ModuleCacher's wrapper: name the user's module
+        return type(inner if isinstance(inner, torch.nn.Module) else c).__name__
+    return getattr(c, "__name__", type(c).__name__)
 
 
 def _graphed_forward(module, training, graphed, orig_forward):

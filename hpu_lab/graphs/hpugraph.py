@@ -39,6 +39,9 @@ class HPUGraph:
         self._user_meta = []         # (shape, dtype, storage layout) of each marked user input
         self._user_outputs = []      # mark_user_outputs (kept for API parity)
         self.replays = 0
+        # names this graph's captures for the recompile log: a capture is compared with the last
+        # one of the same label at the same line ("input 0 shape changed (4, 12) -> (5, 12)")
+        self.label = None
 
     # ---- capture
     def capture_begin(self, dry_run: bool = False) -> None:
@@ -50,7 +53,7 @@ class HPUGraph:
                                 "captures cannot nest or overlap")
         src = user_src(2)
         # work issued before the capture is not part of it: launch it now
-        lazy.flush("HPUGraph.capture_begin", src)
+        lazy.flush("HPUGraph.capture_begin", f"{src} (before a capture)")
         self.reset()
         cap = recording.Capture(self, bool(dry_run), src)
         self._capture = cap
@@ -67,7 +70,7 @@ class HPUGraph:
         src = user_src(2)
         t0 = ev.now()
         try:
-            lazy.flush("HPUGraph.capture_end", src)
+            lazy.flush("HPUGraph.capture_end", f"{src} (capture of {self.label or 'an HPU Graph'})")
         except BaseException:
             if lazy.S.capture is cap:
                 lazy.S.capture = None
@@ -118,7 +121,7 @@ class HPUGraph:
         t0 = ev.now()
         with lazy.S.lock:
             if lazy.S.pg.nodes:
-                lazy.flush("HPUGraph.replay", src)
+                lazy.flush("HPUGraph.replay", f"{src} (before a replay)")
             recording.run(rec, user)
         self.replays += 1
         ev.emit(ev.Replay(t0, ev.now(), "host", ev.recorder.step, graph_id=self.id,
