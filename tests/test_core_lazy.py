@@ -170,3 +170,32 @@ def test_recipe_has_fx_code_clusters_engines_and_memory_plan(collect):   # claim
     assert {"persistent", "non-persistent"} <= classes
     assert c.peak_bytes >= 32 * 32 * 4
 
+
+
+def test_reason_compares_with_the_nearest_graph_of_the_same_line(collect):
+    """One line cutting two different graphs (a helper calling mark_step) diffs like with like."""
+    w = torch.randn(4, 4).to("hpu")
+
+    def step():                                         # the same mark_step line, twice a step
+        htcore.mark_step()
+
+    for n in (8, 5):
+        x = torch.randn(n, 4).to("hpu")
+        y = (x @ w).relu()
+        step()
+        z = w * 0.5 + 1                                 # an "optimizer" graph of other ops
+        step()
+    reasons = [c.reason for c in collect.of(ev.Compile)]
+    # forward (8 rows), optimizer, forward (5 rows); the optimizer graph hits the second time
+    assert len(reasons) == 3 and reasons[0] == "first compile"
+    assert "shape changed (8, 4) -> (5, 4)" in reasons[2]       # not a diff against the optimizer
+
+
+def test_graph_visualization_dumps_each_compiled_graph(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    hpu_lab.config.set(GRAPH_VISUALIZATION="true")
+    x = torch.randn(4).to("hpu")
+    y = x.sin() * 2
+    htcore.mark_step()
+    dumps = list((tmp_path / ".graph_dumps").iterdir())
+    assert len(dumps) == 1 and "aten::sin" in dumps[0].read_text()

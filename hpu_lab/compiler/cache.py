@@ -5,7 +5,8 @@ import threading
 
 _lock = threading.Lock()
 _recipes: dict = {}        # GraphKey -> Recipe
-_by_site: dict = {}        # call site -> most recent Recipe compiled there
+_by_site: dict = {}        # call site -> recipes compiled there, oldest first (at most _PER_SITE)
+_PER_SITE = 16
 
 
 def lookup(key):
@@ -15,11 +16,37 @@ def lookup(key):
 def store(key, recipe, site) -> None:
     with _lock:
         _recipes[key] = recipe
-        _by_site[site] = recipe
+        lst = _by_site.setdefault(site, [])
+        lst.append(recipe)
+        del lst[:-_PER_SITE]
 
 
 def last_at(site):
-    return _by_site.get(site)
+    lst = _by_site.get(site)
+    return lst[-1] if lst else None
+
+
+def nearest(site, desc):
+    """The recipe compiled at ``site`` most like ``desc`` (longest common run of ops, then the
+    closest node count, then the most recent). One line can cut several different graphs (a
+    helper that calls mark_step twice an iteration): diffing against the last one compiled there
+    would compare the forward graph with the optimizer's."""
+    lst = _by_site.get(site)
+    if not lst:
+        return None
+    ops = [n[0] for n in desc[1]]
+
+    def score(item):
+        i, r = item
+        rops = [n[0] for n in r.desc[1]]
+        common = 0
+        for a, b in zip(ops, rops):
+            if a != b:
+                break
+            common += 1
+        return (common, -abs(len(rops) - len(ops)), i)
+
+    return max(enumerate(lst), key=score)[1]
 
 
 def recipes() -> list:

@@ -10,6 +10,7 @@ exact here: a recipe has static shapes, no data-dependent control flow and no ra
 """
 from __future__ import annotations
 
+import operator
 import warnings
 
 import torch
@@ -36,9 +37,27 @@ def _dense(size, stride):
     return True
 
 
+def _traceable(gm) -> bool:
+    """Only aten ops and hpu_lab's own helpers are traced: an op written in Python may read a
+    value on the host (``.item()`` would be baked into the trace as a constant) or return nothing
+    (the trace would drop it): those graphs keep the fx code."""
+    from ..graph import CastTo, InplaceOnClone, restride, scatter, view
+    for n in gm.graph.nodes:
+        if n.op != "call_function":
+            continue
+        t = n.target
+        if type(t) in (CastTo, InplaceOnClone):
+            t = t.op
+        elif t is operator.getitem or t in (view, scatter, restride):
+            continue
+        if not (isinstance(t, torch._ops.OpOverload) and t.namespace == "aten"):
+            return False
+    return True
+
+
 def lower(gm):
     """(callable, backend name): the traced function, or gm.forward if tracing is off/fails."""
-    if config.get("HPU_LAB_RECIPE_EXECUTOR") != "torchscript":
+    if config.get("HPU_LAB_RECIPE_EXECUTOR") != "torchscript" or not _traceable(gm):
         return gm.forward, "fx"
     try:
         with warnings.catch_warnings():

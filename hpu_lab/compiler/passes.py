@@ -67,6 +67,11 @@ def classify_tensors(g) -> None:
     for n in g.nodes:
         if n.op == "placeholder" or n in outs:
             n.meta["tensor_class"] = "persistent"
+        elif n.op == "call_function" and n.target is operator.getitem and n.meta.get("hpu_meta") \
+                and not n.args[0].meta.get("hpu_meta"):
+            # an output of a multi-output op (sort, native_layer_norm, fused attention): the op
+            # node itself has no single buffer, so each output is counted where it is taken
+            n.meta["tensor_class"] = "non-persistent"
         elif n.op == "call_function" and (n.target is _view_helper or n.target is operator.getitem):
             n.meta["tensor_class"] = "alias"
         elif n.op == "call_function":
