@@ -566,8 +566,8 @@ def get_recipe(key, nodes, externals, outs, site):
         return recipe
     if ev.wants(ev.CacheLookup):
         ev.emit(ev.CacheLookup(t0, ev.now(), "host", ev.recorder.step, hit=False, key=key.short))
-    prev = cache.last_at(site)
     recipe = build.compile_graph(nodes, externals, outs, key, site)
+    prev = cache.nearest(site, recipe.desc)
     reason = diff(prev.desc if prev is not None else None, recipe.desc)
     recipe.reason = reason
     cache.store(key, recipe, site)
@@ -577,6 +577,9 @@ def get_recipe(key, nodes, externals, outs, site):
                        peak_bytes=recipe.peak_bytes, clusters=recipe.clusters, graph=recipe.summary))
     for hook in _compile_hooks:
         hook(recipe)
+    if config.get("GRAPH_VISUALIZATION"):
+        from .profiler import dump_graph_if_enabled
+        dump_graph_if_enabled(recipe.summary, f"recipe_{recipe.id}_{key.short}")
     return recipe
 
 
@@ -700,6 +703,8 @@ def host_op(func, args, kwargs, reason):
             else:
                 write_concrete(tgt, new)
                 back[id(new)] = tgt
+            # autograd must see the write (a backward through the old value then errors)
+            torch._C._increment_version(list(tgt) if isinstance(tgt, (list, tuple)) else [tgt])
         if not func._schema.returns:
             return None
         if isinstance(res, torch.Tensor) and id(res) in back:
