@@ -69,17 +69,20 @@ def _unflatten(inner, ctx, outer_size, outer_stride):
 
 
 _HIDDEN_FROM: set = set()     # code objects that must not see the protocol (nn.Module._apply)
+_HIDDEN_FROM_VIEWS: set = set()   # ... or not for a view (fakeification of a view input)
 
 
 class _Protocol:
-    """``__tensor_flatten__``, visible to everyone but ``nn.Module._apply`` (see the docstring)."""
+    """``__tensor_flatten__``, visible to everyone but ``nn.Module._apply`` (see the docstring),
+    and but fakeification of a view: a view input is then faked as a plain view of its base."""
 
     def __get__(self, obj, cls=None):
         f = sys._getframe(1)
-        for _ in range(4):                    # hasattr <- is_traceable_wrapper_subclass <- _apply
+        for _ in range(4):                    # hasattr <- is_traceable_wrapper_subclass <- caller
             if f is None:
                 break
-            if f.f_code in _HIDDEN_FROM:
+            if f.f_code in _HIDDEN_FROM or (f.f_code in _HIDDEN_FROM_VIEWS and obj is not None
+                                            and obj._is_view()):
                 raise AttributeError("__tensor_flatten__")
             f = f.f_back
         return _flatten if obj is None else _flatten.__get__(obj, cls)
@@ -89,6 +92,8 @@ def _make_traceable() -> None:
     from torch.nn.utils import parametrize
     _HIDDEN_FROM.add(torch.nn.Module._apply.__code__)
     _HIDDEN_FROM.add(parametrize._maybe_set.__code__)      # the other swap_tensors user
+    from torch._subclasses.meta_utils import MetaTensorDescriber
+    _HIDDEN_FROM_VIEWS.add(MetaTensorDescriber.describe_tensor.__code__)
     HPUTensor.__tensor_flatten__ = _Protocol()
     HPUTensor.__tensor_unflatten__ = staticmethod(_unflatten)
     HPUTensor._hpu_inner = property(HPUBuffer)

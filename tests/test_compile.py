@@ -170,3 +170,42 @@ def test_model_to_hpu_is_not_affected_by_the_traceable_protocol():
     m.float()
     m.to("cpu")
     assert m.weight.device.type == "cpu"
+
+
+def test_view_input_mutated_in_place_updates_its_base():
+    def f(a, b):
+        a.add_(1)
+        return a[1:] * b
+
+    cf = torch.compile(f, backend="hpu_backend")
+    base, b = torch.randn(6, 3), torch.randn(4, 3)
+    hbase = base.to("hpu")
+    out = cf(hbase[1:], b.to("hpu"))          # a view of a bigger storage
+    rbase = base.clone()
+    rout = f(rbase[1:], b)
+    assert torch.equal(out.cpu(), rout) and torch.equal(hbase.cpu(), rbase)
+
+
+def test_batchnorm_buffers_are_updated_like_on_cpu():
+    torch.manual_seed(0)
+
+    def net():
+        return nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(144, 3))
+    ref, m = net(), net()
+    m.load_state_dict(ref.state_dict())
+    m.to("hpu")
+    cm = torch.compile(m, backend="hpu_backend")
+    opt, ropt = torch.optim.SGD(m.parameters(), lr=0.1), torch.optim.SGD(ref.parameters(), lr=0.1)
+    for _ in range(2):
+        x, y = torch.randn(5, 1, 8, 8), torch.randint(0, 3, (5,))
+        loss = F.cross_entropy(cm(x.to("hpu")), y.to("hpu"))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        rloss = F.cross_entropy(ref(x), y)
+        ropt.zero_grad()
+        rloss.backward()
+        ropt.step()
+        assert torch.allclose(loss.cpu(), rloss.detach())
+    assert torch.equal(m[1].running_mean.cpu(), ref[1].running_mean)
+    assert m[1].num_batches_tracked.item() == 2
