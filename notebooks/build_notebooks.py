@@ -1,0 +1,1226 @@
+"""Write (and run) the lab's notebooks from the cell sources below.
+
+    .venv/bin/python notebooks/build_notebooks.py                 # write + execute every notebook
+    .venv/bin/python notebooks/build_notebooks.py 00 02           # only these (by number prefix)
+    .venv/bin/python notebooks/build_notebooks.py --no-exec 01    # write only (no outputs)
+    .venv/bin/python notebooks/build_notebooks.py --worktree 01   # run against the working tree, not HEAD
+
+Each notebook is a function returning its cells. ``md`` is a markdown cell, ``code`` a code cell,
+``panel`` an experiment shown in the live panel (``%%hpu_section "title" --as name``; the recorded
+events are then ``name.events`` / ``name.of(kind)``). Executing runs ``jupyter nbconvert --execute
+--inplace`` so that the committed notebooks carry their outputs and read well without running.
+
+Runtime features land one by one. A cell that needs a feature not yet committed to the repository
+is written as a clearly marked TODO cell that still runs (``todo``); rebuild when it lands. A
+feature counts as landed when its files are tracked in git (``landed``).
+
+House rules (STYLE.md): one-line markdown lead-in before each code cell; asserts on counts, dtypes,
+errors and memory, never on wall-clock; ``# NBVAL_IGNORE_OUTPUT`` only on cells that print times;
+every CLAIMS.md id demonstrated in a cell carrying ``# claim <id>``.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import nbformat
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+# ----------------------------------------------------------------------------- feature gates
+
+def _tracked(path: str) -> bool:
+    r = subprocess.run(["git", "ls-files", "--error-unmatch", path], cwd=ROOT,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return r.returncode == 0
+
+
+def _in_head(pattern: str, path: str) -> bool:
+    r = subprocess.run(["git", "grep", "-q", "-F", pattern, "HEAD", "--", path], cwd=ROOT,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return r.returncode == 0
+
+
+def _probe(snippet: str) -> bool:
+    """For a capability with no file of its own: does ``snippet`` run against the committed code?"""
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = subprocess.run(["git", "archive", "HEAD", "hpu_lab"], cwd=ROOT, capture_output=True)
+        if archive.returncode != 0:
+            return False
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
+        r = subprocess.run([sys.executable, "-c", snippet], cwd=tmp, env={**os.environ, "PYTHONPATH": tmp},
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return r.returncode == 0
+
+
+FEATURES = {
+    # name: (what it is, test)
+    "widgets": ("the live panel (widgets/)", lambda: _tracked("widgets/__init__.py")),
+    "eager": ("eager mode (hpu_lab/eager.py)", lambda: _tracked("hpu_lab/eager.py")),
+    "fallback": ("CPU fallback (hpu_lab/fallback.py)", lambda: _tracked("hpu_lab/fallback.py")),
+    "compile": ('torch.compile(backend="hpu_backend") (hpu_lab/compile_backend.py)',
+                lambda: _tracked("hpu_lab/compile_backend.py")),
+    "graphs": ("HPU Graphs (hpu_lab/graphs/)", lambda: _tracked("hpu_lab/graphs/__init__.py")),
+    "compat": ("habana_frameworks imports (hpu_lab/compat/)", lambda: _tracked("hpu_lab/compat/__init__.py")),
+    "amp": ('torch.autocast("hpu") (hpu_lab/amp.py)', lambda: _tracked("hpu_lab/amp.py")),
+    "oom": ("memory Limit and OOM error (hpu_lab/runtime/memory.py)",
+            lambda: _in_head("HPUOutOfMemoryError", "hpu_lab/runtime/memory.py")),
+    "pinned": ("pinned host memory (tensor.pin_memory() with hpu_lab imported)", lambda: _probe(
+        "import torch, hpu_lab; assert torch.ones(2).pin_memory().is_pinned()")),
+    "fused": ("FusedAdamW / FusedSGD / FusedClipNorm (hpu_lab/hpex/)",
+              lambda: _tracked("hpu_lab/hpex/optimizers/__init__.py")),
+    "sdpa": ("FusedSDPA (hpu_lab/hpex/kernels/)", lambda: _tracked("hpu_lab/hpex/kernels/__init__.py")),
+    "disk_cache": ("disk recipe cache (hpu_lab/disk_cache.py)", lambda: _tracked("hpu_lab/disk_cache.py")),
+    "distributed": ('the "hccl" backend (hpu_lab/distributed/)', lambda: _tracked("hpu_lab/distributed/__init__.py")),
+}
+_have: dict = {}
+
+
+def have(name: str) -> bool:
+    if name not in _have:
+        _have[name] = bool(FEATURES[name][1]())
+    return _have[name]
+
+
+# ----------------------------------------------------------------------------- cells
+
+def _src(text: str) -> str:
+    return textwrap.dedent(text).strip("\n")
+
+
+def md(text: str):
+    return nbformat.v4.new_markdown_cell(_src(text))
+
+
+def code(text: str):
+    return nbformat.v4.new_code_cell(_src(text))
+
+
+def panel(title: str, name: str, body: str, live: bool = True):
+    """An experiment recorded as a section: the live panel (widgets) or, before widgets landed, a
+    plain event Collector. Either way ``name.events`` and ``name.of(kind)`` hold what happened.
+    ``live=False`` draws the panel only at the end: for experiments that measure time, since a live
+    redraw holds the interpreter and delays the device thread's bookkeeping."""
+    body = _src(body)
+    if have("widgets"):
+        return code(f'%%hpu_section "{title}" --as {name}{"" if live else " --no-live"}\n{body}')
+    return code(f"# {title}  (TODO: shown in the live panel once widgets/ lands)\n"
+                f"with ev.Collector() as {name}:\n{textwrap.indent(body, '    ')}")
+
+
+def todo(feature: str, claims: str, what: str):
+    """A runnable placeholder for an experiment whose runtime feature has not landed yet."""
+    desc = FEATURES[feature][0]
+    return code(f"# TODO({claims}): {what}\n"
+                f"# Needs {desc}, which is not in the repository yet; this cell will be rebuilt when it lands.\n"
+                f"print('TODO: needs {desc}')")
+
+
+def when(feature: str, cells, claims: str, what: str):
+    """``cells`` if ``feature`` has landed, else one TODO cell."""
+    if have(feature):
+        return list(cells)
+    return [todo(feature, claims, what)]
+
+
+def flatten(cells):
+    out = []
+    for c in cells:
+        if isinstance(c, list):
+            out.extend(flatten(c))
+        elif c is not None:
+            out.append(c)
+    return out
+
+
+IMPORTS = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import hpu_lab                        # registers the "hpu" device with PyTorch
+import hpu_lab.core as htcore         # mark_step(), as habana_frameworks.torch.core
+from hpu_lab import events as ev      # what the emulated device did, as events
+from hpu_lab.metrics import metric_global
+from collections import Counter"""
+
+
+def setup_cell(extra: str = ""):
+    lines = IMPORTS
+    if extra:
+        lines += "\n" + _src(extra)
+    if have("widgets"):
+        lines += "\nimport widgets                        # the panel and other views (reads the events)\n%load_ext widgets"
+    lines += "\ntorch.manual_seed(0)                  # every run of the notebook draws the same numbers\nprint(\"torch\", torch.__version__, \"| hpu_lab\", hpu_lab.__version__)"
+    return code(lines)
+
+
+NET = '''\
+class Net(nn.Module):                 # the model of seed 000, verbatim
+    def __init__(self):
+        super(Net, self).__init__()
+        self.fc1 = nn.Linear(784, 128)
+        self.fc2 = nn.Linear(128, 10)
+        self.dropout = nn.Dropout(0.5)
+
+    def forward(self, x):
+        x = torch.flatten(x, 1)
+        x = self.fc1(x)
+        x = F.relu(x)
+        x = self.dropout(x)
+        x = self.fc2(x)
+        output = F.log_softmax(x, dim=1)
+        return output'''
+
+
+# ============================================================================= 00 start here
+
+def nb00():
+    return [
+        md("""
+        # Start here: train on a Gaudi that isn't there
+
+        This lab runs code written for Intel Gaudi's PyTorch stack (the `hpu` device) on an ordinary CPU,
+        and shows you what the real stack does with it: ops piling up into graphs, graphs compiling into
+        *recipes*, recipes being reused, the host and the device working at the same time. Every number and
+        picture comes from what the emulator (`hpu_lab`) really did while your cell ran.
+
+        **What you'll do**
+        - move the MNIST model of the Gaudi documents to the `hpu` device and train it for one epoch;
+        - do it three ways — eager, lazy (the default) and HPU Graph replay — and compare them;
+        - read the live panel that records each experiment.
+
+        **What you'll learn**
+        - how to open any experiment's *Graph*, *Timeline*, *Recompiles*, *Metrics* and *Advice*;
+        - the vocabulary of the other notebooks: op, graph, `mark_step`, recipe, compile, launch, sync.
+
+        **What you'll need**
+        - this repository set up with `make lab` (no Gaudi, no GPU, no download: the digits ship with scikit-learn);
+        - about a minute of CPU time for the whole notebook.
+        """),
+        md("## 1. Import hpu_lab and find the `hpu` device\n\n"
+           "Importing `hpu_lab` registers the device; `hpu_lab.core` plays `habana_frameworks.torch.core`."),
+        setup_cell("import matplotlib.pyplot as plt\nfrom hpu_lab.data import MNISTLike"),
+        md("The device answers like the real one would:"),
+        code("""
+        print(torch.hpu.is_available(), torch.hpu.device_count(), torch.hpu.get_device_name())
+        """),
+        md("A tensor on `hpu` behaves like any PyTorch tensor; printing it brings its values back to the host."),
+        code("""
+        x = torch.arange(6.0, device="hpu").reshape(2, 3)
+        y = x * 2 + 1
+        print(y)
+        assert y.device.type == "hpu"
+        assert torch.equal(y.cpu(), torch.arange(6.0).reshape(2, 3) * 2 + 1)   # same numbers as plain CPU PyTorch
+        """),
+        *when("compat", [
+            md("The Gaudi documents import `habana_frameworks`; one call makes those imports resolve to hpu_lab, "
+               "so their code runs unchanged (`python -m hpu_lab run script.py` does the same for a script)."),
+            code("""
+            import hpu_lab.compat
+            hpu_lab.compat.enable_habana_imports()
+            import habana_frameworks.torch.core as htcore_real_name
+            assert htcore_real_name is htcore
+            """),
+        ], "compat tour", "show `import habana_frameworks.torch.core as htcore` resolving to hpu_lab"),
+        md("## 2. Get MNIST-shaped data without downloading\n\n"
+           "`MNISTLike` gives 28x28 handwritten digits normalised like torchvision's MNIST: 1600 for training."),
+        code("""
+        train_set = MNISTLike(train=True)
+        image, label = train_set[0]
+        print(len(train_set), tuple(image.shape), image.dtype, type(label).__name__)
+        assert len(train_set) % 200 == 0          # batch 200 divides it: every batch has the same shape
+        """),
+        md("Eight of them, as a learner should always look at the data first:"),
+        code("""
+        fig, axes = plt.subplots(1, 8, figsize=(8, 1.3))
+        for ax, i in zip(axes, range(8)):
+            img, lab = train_set[i]
+            ax.imshow(img[0], cmap="gray"); ax.set_title(int(lab)); ax.axis("off")
+        plt.show()
+        """),
+        md("## 3. Build the documents' model and move it to `hpu`\n\n"
+           "This is seed 000's `Net`, a two-layer MLP; `.to(\"hpu\")` puts its weights in (emulated) device memory."),
+        code(NET + """
+
+device = torch.device("hpu")
+train_loader = torch.utils.data.DataLoader(train_set, batch_size=200)
+print(len(train_loader), "batches of 200")"""),
+        md("The training loop of seed 000, with the two `mark_step` calls lazy mode needs (more on them in notebook 02):"),
+        code("""
+        def train(model, device, train_loader, optimizer):
+            model.train()
+            for batch_idx, (data, target) in enumerate(train_loader):
+                data, target = data.to(device), target.to(device)
+                optimizer.zero_grad(set_to_none=True)
+                output = model(data)
+                loss = F.nll_loss(output, target)
+                loss.backward()
+                htcore.mark_step()       # mark step is needed for HPU Lazy mode before
+                optimizer.step()
+                htcore.mark_step()       # ... and after the optimizer step
+            return loss
+        """),
+        md("## 4. Train one epoch in lazy mode, the default\n\n"
+           "The cell runs inside `%%hpu_section`: a panel appears above the output and fills in as the cell runs."
+           if have("widgets") else
+           "## 4. Train one epoch in lazy mode, the default\n\nThe cell records every event the runtime emits."),
+        code("""
+        torch.manual_seed(0)
+        model = Net().to(device)
+        optimizer = torch.optim.Adadelta(model.parameters(), lr=0.1)
+        """),
+        panel("Lazy mode: one epoch, 8 steps", "lazy", """
+        loss = train(model, device, train_loader, optimizer)
+        print(f"loss after one epoch: {loss.item():.3f}")
+        """),
+        md("""
+        **How to read the panel** (every experiment in the lab has one):
+        - **Graph**: the graph each recipe runs, one node per op. Colours are engines (MME = matrix unit,
+          TPC = vector cores); boxes group the ops the compiler fused.
+        - **Timeline**: two lanes, the host (Python tracing ops, building graphs, compiling) and the device
+          `hpu:0` (running recipes). Dotted lines are `mark_step`s; red bars are the host *waiting* for the device.
+        - **Recompiles**: every compile with its *reason*, e.g. `input 0 shape changed (200, 1, 28, 28) -> (96, 1, 28, 28)`.
+        - **Metrics**: counts for this section only — ops, graphs, compiles, cache hits, launches, syncs, memory.
+        - **Advice**: what the real stack's documents would tell you to change, given these events.
+        """),
+        md("What the panel counted can be checked in code. Each step builds two graphs (forward+backward, "
+           "then the optimizer), so 8 steps make 16 launches; only the first steps compile:"),
+        code("""
+        first = lazy.of(ev.MarkStep)[0].step             # two mark_steps per training step
+        compiles_per_step = Counter((e.step - first) // 2 for e in lazy.of(ev.Compile))
+        print("launches:", len(lazy.of(ev.Launch)))
+        print("compiles per training step:", [compiles_per_step.get(i, 0) for i in range(8)])
+        for e in lazy.of(ev.Compile):
+            print(f"  {e.node_count:3d} nodes, because: {e.reason}")
+        assert len(lazy.of(ev.Launch)) == 16
+        assert max(compiles_per_step) <= 2        # after the first steps, every graph is a cache hit
+        """),
+        md("## 5. The same epoch, two other ways\n\n"
+           "Eager mode runs op by op; HPU Graphs record one step and replay it. Same model, same data."),
+        *when("eager", [
+            md("**Eager mode** (`PT_HPU_LAZY_MODE=0`): every op is its own tiny graph, launched at once. "
+               "`mark_step` then has no effect (it says so, once)."),
+            code("""
+            torch.manual_seed(0)
+            model = Net().to(device)
+            optimizer = torch.optim.Adadelta(model.parameters(), lr=0.1)
+            hpu_lab.config.set(PT_HPU_LAZY_MODE="0")
+            """),
+            panel("Eager mode: one epoch, 8 steps", "eager", """
+            loss = train(model, device, train_loader, optimizer)
+            print(f"loss after one epoch: {loss.item():.3f}")
+            """),
+            code("""
+            hpu_lab.config.set(PT_HPU_LAZY_MODE="1")      # back to the default
+            ops, launches = len(eager.of(ev.OpAccumulated)), len(eager.of(ev.Launch))
+            print(f"eager: {launches} launches for {ops} ops; lazy: {len(lazy.of(ev.Launch))} launches")
+            assert launches > 10 * len(lazy.of(ev.Launch))
+            """),
+        ], "tour: eager", "train the same epoch in eager mode"),
+        *when("graphs", [
+            md("**HPU Graphs**: warm up, capture one whole training step into a graph, then for each batch copy "
+               "the data into the captured input tensors and `replay()` (seed 000, *Training Loop with Capture and Replay*)."),
+            code("""
+            def train_with_capturereplay(model, device, train_loader, optimizer, batchsize):
+                # Placeholders used for capture
+                static_input = torch.randn(batchsize, 1, 28, 28, device='hpu')
+                static_target = torch.randint(0, 10, (batchsize,), device='hpu')
+
+                # First we warmup
+                s = htcore.hpu.Stream()
+                with htcore.hpu.stream(s):
+                    for i in range(3):
+                        optimizer.zero_grad(set_to_none=True)
+                        y_pred = model(static_input)
+                        loss = F.nll_loss(y_pred, static_target)
+                        loss.backward()
+                        optimizer.step()
+                        htcore.mark_step()
+
+                # Then we capture
+                g = htcore.hpu.HPUGraph()
+                optimizer.zero_grad(set_to_none=True)
+                with htcore.hpu.graph(g):
+                    static_y_pred = model(static_input)
+                    static_loss = F.nll_loss(static_y_pred, static_target)
+                    static_loss.backward()
+                    optimizer.step()
+
+                # Finally the main training loop
+                for batch_idx, (data, target) in enumerate(train_loader):
+                    # data must be copied to existing tensors that were used in the capture phase
+                    static_input.copy_(data)
+                    static_target.copy_(target)
+                    g.replay()
+                    # result is available in static_loss tensor after graph is replayed
+                return static_loss
+
+            torch.manual_seed(0)
+            model = Net().to(device)
+            optimizer = torch.optim.Adadelta(model.parameters(), lr=0.1)
+            """),
+            panel("HPU Graph: capture once, replay 8 steps", "replay", """
+            loss = train_with_capturereplay(model, device, train_loader, optimizer, 200)
+            print(f"loss after one epoch: {loss.item():.3f}")
+            """),
+            md("During replay nothing is traced: no op events at all after the capture ends."),
+            code("""
+            end = replay.of(ev.CaptureEnd)[0].t_end
+            traced_after = [e for e in replay.of(ev.OpAccumulated) if e.t_start > end]
+            print("replays:", len(replay.of(ev.Replay)), " ops traced during the replays:", len(traced_after))
+            assert len(replay.of(ev.Replay)) == 8 and traced_after == []
+            """),
+        ], "tour: graphs", "train the same epoch with capture and replay"),
+        *([md("The three side by side: the table counts, the stacked timelines show where the host's time goes."),
+           code("""
+           # NBVAL_IGNORE_OUTPUT
+           sections = [s for s in (globals().get("eager"), lazy, globals().get("replay")) if s is not None]
+           widgets.compare(sections)
+           """)] if have("widgets") else []),
+        md("## 6. The bridge's own counters\n\n"
+           "`metric_global` reads process-wide metrics, as `habana_frameworks.torch.hpu.metrics` does on a real Gaudi."),
+        code("""
+        for name in ("graph_compilation", "recipe_cache", "graph_launch", "host_sync"):
+            stats = dict(metric_global(name).stats())
+            print(f"{name:18s}", {k: v for k, v in stats.items() if k in ("TotalNumber", "TotalHit", "TotalMiss", "Reasons")})
+        assert metric_global("recipe_cache")["TotalHit"] > metric_global("recipe_cache")["TotalMiss"]
+        """),
+        md("""
+        ## 7. Where to go next
+
+        | notebook | Gaudi document (seed) | you will see |
+        |---|---|---|
+        | `01_theory_of_operations` | PyTorch Gaudi Theory of Operations | eager, torch.compile and lazy mode; the bridge's passes, recipe cache, async launch, memory, autocast |
+        | `02_lazy_mode_and_mark_step` | HPU Graphs for Training; General Model Optimizations | what triggers execution, where `mark_step` goes, host-bound steps, mark_step against OOM |
+        | `03_hpu_graphs_for_training` | HPU Graphs for Training | the MNIST example four ways, with the host-time table |
+        | `04_dynamicity` | HPU Graphs for Training | shapes, last batches, control flow and dynamic ops, each recompile with its reason |
+        | `05_hpu_graphs_for_inference` | Run Inference Using HPU Graphs | capture/replay on a stream, `wrap_in_hpu_graph`, each limitation's real error |
+        | `06_accelerating_training` | Optimum Habana: Accelerating Training | warm-up, padding vs drop_last, HMP, fused Adam, pipelining, memory stats |
+        | `07_general_optimizations` | General Model Optimizations | CPU fallback, batch size, fused ops, disk cache, print frequency, loop constants, weight sharing |
+        """),
+        md("""
+        ## Summary
+        - `import hpu_lab` gives PyTorch an `hpu` device; Gaudi code runs unchanged on a CPU.
+        - In lazy mode (the default) ops become graphs at each `mark_step`; a graph compiles once into a recipe and
+          the next steps reuse it from the cache.
+        - Every experiment records events; the panel and the metrics are views of them, and the asserts check them.
+
+        ## Exercises
+        1. Remove the first `htcore.mark_step()` from `train` and rerun sections 3–4. How many launches per step now, and how many nodes in each graph?
+        2. Train with `batch_size=256` (1600 is not a multiple of 256). Which step recompiles, and what reason does the Recompiles tab give?
+        3. Add `print(loss.item())` inside the loop. What does the Timeline show at each print?
+        """),
+    ]
+
+
+# ============================================================================= 01 theory of operations
+
+def nb01():
+    return [
+        md("""
+        # Theory of operations: take the Gaudi bridge apart
+
+        Seed document: *PyTorch Gaudi Theory of Operations*. The Gaudi PyTorch bridge sits between PyTorch and
+        the device: it receives every op, decides when and how to run it, compiles graphs into *recipes*,
+        caches them and launches them. This notebook runs one small computation through each of its execution
+        modes and then opens each part of the bridge.
+
+        **What you'll do**
+        - run the same ops in eager mode, eager with `torch.compile`, and lazy mode, and count what each launches;
+        - look inside a compiled recipe: fused clusters, engines (MME/TPC), persistent tensors, memory plan;
+        - watch the recipe cache, the asynchronous launch, the memory manager and autocast at work.
+
+        **What you'll learn**
+        - why lazy mode is the default, and what it costs the host every iteration;
+        - what "compiled once, reused every iteration unless the ops change" looks like in numbers.
+
+        **What you'll need**
+        - notebook 00 (the panel); about a minute of CPU time.
+        """),
+        md("## 1. Three modes of execution\n\n"
+           "> *Eager mode — op-by-op execution … Eager mode extended with torch.compile … Lazy mode — deferred "
+           "execution of graphs … Lazy mode is the default mode.*\n\nSet up, and check the default:"),
+        setup_cell(),
+        code("""
+        print("lazy mode:", hpu_lab.config.lazy_mode())
+        assert hpu_lab.config.lazy_mode()          # PT_HPU_LAZY_MODE=1 is the default
+        """),
+        md("One small computation used in every mode: a two-layer forward pass, 5 ops."),
+        code("""
+        def forward(x, w1, w2):
+            h = torch.relu(x @ w1)
+            return torch.softmax(h @ w2, dim=1).sum()
+
+        x, w1, w2 = (torch.randn(64, 32, device="hpu"), torch.randn(32, 16, device="hpu"),
+                     torch.randn(16, 8, device="hpu"))
+        htcore.mark_step()                        # launch the three random inputs first
+        """),
+        md("## 2. Eager mode\n\n> *During Eager mode execution, the framework executes one op at a time from Python.*"),
+        *when("eager", [
+            md("Switch to eager mode (`PT_HPU_LAZY_MODE=0`; hpu_lab lets you switch from Python), run, and count:"),
+            panel("Eager mode: one op at a time", "eager", """
+            hpu_lab.config.set(PT_HPU_LAZY_MODE="0")
+            y = forward(x, w1, w2)
+            hpu_lab.config.set(PT_HPU_LAZY_MODE="1")
+            """),
+            md("Each op was its own graph and its own launch:"),
+            code("""
+            # claim T1
+            ops, launches = len(eager.of(ev.OpAccumulated)), len(eager.of(ev.Launch))
+            print(f"{ops} ops, {launches} launches")
+            assert launches == ops == 5
+            """),
+        ], "claim T1", "eager mode: one launch per op"),
+        md("> *For any op that is not supported by the Gaudi device, the Intel Gaudi PyTorch bridge falls back to CPU "
+           "to execute the op and continue execution on the device for further supported ops thereafter.*"),
+        *when("fallback", [
+            md("`digamma` has no bfloat16 kernel on HPU (seed 003's own example). Use it between two device ops:"),
+            panel("CPU fallback in the middle of device ops", "fb", """
+            a = torch.linspace(1, 4, 8, device="hpu").to(torch.bfloat16)
+            b = torch.digamma(a) * 2          # digamma falls back to the CPU; * 2 runs on the device again
+            htcore.mark_step()
+            b_host = b.float().cpu()
+            """),
+            md("One fallback event, the right numbers, and the result back on `hpu` for the next ops:"),
+            code("""
+            # claim T2
+            (f,) = fb.of(ev.CPUFallback)
+            print(f.op, f.dtypes, "->", b.device)
+            expected = torch.digamma(torch.linspace(1, 4, 8).to(torch.bfloat16)) * 2
+            assert f.op == "aten::digamma" and b.device.type == "hpu"
+            assert torch.equal(b_host, expected.float())
+            launched_after = [e for e in fb.of(ev.Launch) if e.t_start > f.t_end]
+            assert launched_after                  # the '* 2' ran on the device, after the fallback
+            """),
+        ], "claim T2", "CPU fallback of digamma(bf16), result correct, later ops on hpu"),
+        md("> *Eager mode … can be emulated by using `PT_HPU_MAX_COMPOUND_OP_SIZE` … limiting cluster sizes to 1. "
+           "This results in a small graph (1 element) compilation after each op.*"),
+        panel("Lazy mode with PT_HPU_MAX_COMPOUND_OP_SIZE=1", "compound1", """
+        hpu_lab.config.set(PT_HPU_MAX_COMPOUND_OP_SIZE="1")
+        y = forward(x, w1, w2)
+        hpu_lab.config.set(PT_HPU_MAX_COMPOUND_OP_SIZE="-1")     # back to unlimited
+        """),
+        md("Five ops, five one-node graphs:"),
+        code("""
+        # claim T3
+        sizes = [g.node_count for g in compound1.of(ev.GraphBuilt)]
+        print("ops:", len(compound1.of(ev.OpAccumulated)), " graphs:", len(sizes), " nodes per graph:", sizes)
+        assert len(sizes) == len(compound1.of(ev.OpAccumulated)) == 5 and set(sizes) == {1}
+        """),
+        md("## 3. Eager mode with torch.compile\n\n"
+           "> *Model parts wrapped with torch.compile are compiled once at the beginning and later such compiled part "
+           "is called. Model parts without such wrapping run in pure Eager mode, each op separately.*"),
+        *when("compile", [
+            md("The seed's MNIST `train_function` pattern: the model is compiled with `backend=\"hpu_backend\"`, "
+               "the loss (`F.nll_loss`) outside it runs eagerly."),
+            code(NET + """
+
+torch.manual_seed(0)
+model = Net().to("hpu").eval()            # eval: no dropout noise
+compiled = torch.compile(model, backend="hpu_backend")
+
+def train_function(data, target):
+    output = compiled(data)
+    loss = F.nll_loss(output, target)     # not wrapped: eager
+    return loss
+
+batches = [(torch.randn(32, 1, 28, 28).to("hpu"), torch.randint(0, 10, (32,)).to("hpu")) for _ in range(5)]
+hpu_lab.config.set(PT_HPU_LAZY_MODE="0")"""),
+            panel("torch.compile: 5 calls", "tc", """
+            for data, target in batches:
+                loss = train_function(data, target)
+            print(f"loss {loss.item():.3f}")
+            hpu_lab.config.set(PT_HPU_LAZY_MODE="1")
+            """),
+            md("One compile of the wrapped model on the first call; later calls only launch its recipe. "
+               "The loss ops outside it run as eager one-op launches:"),
+            code("""
+            # claim T4
+            model_compiles = [e for e in tc.of(ev.Compile) if e.node_count > 1]
+            print("compiles of the wrapped model:", len(model_compiles), " launches:", len(tc.of(ev.Launch)),
+                  " eager ops:", len(tc.of(ev.OpAccumulated)))
+            assert len(model_compiles) == 1
+            assert len(tc.of(ev.Launch)) > 5           # 5 calls of the compiled part + the eager ops around it
+            assert len(tc.of(ev.OpAccumulated)) > 0     # the unwrapped part ran op by op
+            """),
+        ], "claim T4", "torch.compile: one compile then hits, eager launches for the rest"),
+        md("## 4. Lazy mode\n\n> *The execution of the ops in the accumulated graph is triggered in a lazy manner, "
+           "only when a tensor value is required by the user.*\n\n"
+           "Run the forward pass and look at the device *before* asking for the value:"),
+        panel("Lazy mode: accumulate", "lz", """
+        y = forward(x, w1, w2)
+        """),
+        md("Five ops were recorded and nothing was launched: the device has not done any work yet."),
+        code("""
+        # claim T5
+        print(f"ops accumulated: {len(lz.of(ev.OpAccumulated))}, graphs built: {len(lz.of(ev.GraphBuilt))}, "
+              f"launches: {len(lz.of(ev.Launch))}")
+        assert len(lz.of(ev.OpAccumulated)) == 5 and lz.of(ev.Launch) == []
+        """),
+        md("Now the value is required:"),
+        panel("Lazy mode: .item()", "lz_item", """
+        value = y.item()
+        """),
+        md("`.item()` built one graph of all five ops, launched it and made the host wait for the result:"),
+        code("""
+        # claim T5
+        (g,) = lz_item.of(ev.GraphBuilt)
+        (sync,) = lz_item.of(ev.HostSync)
+        print(f"one graph of {g.node_count} nodes (trigger {g.trigger!r}), {len(lz_item.of(ev.Launch))} launch, "
+              f"host sync reason {sync.reason!r}")
+        assert len(lz_item.of(ev.Launch)) == 1 and g.node_count == 5 and sync.reason == ".item()"
+        """),
+        md("> *Unlike Eager Mode with torch.compile, graph is analyzed in each iteration leading to a higher CPU usage.*"),
+        *when("compile", [
+            md("Ten iterations of a 20-layer chain, lazy vs compiled. Lazy mode traces every op and hashes the graph "
+               "every time, even when the recipe comes from the cache; the compiled function is just called:"),
+            code("""
+            import time, statistics
+
+            def chain(x, ws):                       # 20 matmul + tanh layers, then a sum: 41 ops
+                for w in ws:
+                    x = torch.tanh(x @ w)
+                return x.sum()
+
+            ws = [torch.randn(32, 32, device="hpu") / 6 for _ in range(20)]
+            compiled_chain = torch.compile(chain, backend="hpu_backend")
+            hpu_lab.config.set(PT_HPU_LAZY_MODE="0")
+            compiled_chain(x, ws); torch.hpu.synchronize()          # compile outside the measurement
+            hpu_lab.config.set(PT_HPU_LAZY_MODE="1")
+            y = chain(x, ws); htcore.mark_step(); torch.hpu.synchronize()   # and cache the lazy recipe too
+            """),
+            panel("Lazy mode: 10 iterations", "lazy10", live=False, body="""
+            lazy_host = []
+            for i in range(10):
+                t0 = time.perf_counter()
+                y = chain(x, ws)
+                htcore.mark_step()
+                lazy_host.append(time.perf_counter() - t0)
+            torch.hpu.synchronize()
+            """),
+            panel("torch.compile: 10 iterations", "comp10", live=False, body="""
+            hpu_lab.config.set(PT_HPU_LAZY_MODE="0")
+            compiled_host = []
+            for i in range(10):
+                t0 = time.perf_counter()
+                y = compiled_chain(x, ws)
+                compiled_host.append(time.perf_counter() - t0)
+            torch.hpu.synchronize()
+            hpu_lab.config.set(PT_HPU_LAZY_MODE="1")
+            """),
+            md("Every iteration, lazy mode traced the 41 ops again and built a graph; the compiled function traced nothing:"),
+            code("""
+            # claim T6
+            for s in (lazy10, comp10):
+                print(f"{s.title:28s} ops traced: {len(s.of(ev.OpAccumulated)):3d}  graphs built: "
+                      f"{len(s.of(ev.GraphBuilt)):2d}  compiles: {len(s.of(ev.Compile))}  launches: {len(s.of(ev.Launch))}")
+            assert len(lazy10.of(ev.OpAccumulated)) == 410 and len(lazy10.of(ev.GraphBuilt)) == 10
+            assert len(comp10.of(ev.OpAccumulated)) == 0 and len(comp10.of(ev.GraphBuilt)) == 0
+            assert len(comp10.of(ev.Launch)) == 10 and comp10.of(ev.Compile) == []
+            """),
+            md("That work is host time. The median per iteration on this machine (it varies, so the numbers are not "
+               "checked; the order is, and it is usually several times):"),
+            code("""
+            # NBVAL_IGNORE_OUTPUT
+            # claim T6
+            lazy_ms, compiled_ms = statistics.median(lazy_host) * 1e3, statistics.median(compiled_host) * 1e3
+            print(f"host time per iteration: lazy {lazy_ms:.2f} ms, torch.compile {compiled_ms:.2f} ms")
+            assert lazy_ms > compiled_ms
+            """),
+        ], "claim T6", "lazy mode re-traces every iteration vs torch.compile"),
+        md("## 5. The bridge: lowering\n\n"
+           "> *Various optimization passes are applied to the graph, such as: fusion of ops … identification of "
+           "persistent, non-persistent and tensors with duplicate or aliased memory.*\n\n"
+           "Compile a slightly longer chain and open the recipe:"),
+        panel("One recipe, opened up", "low", """
+        b = torch.randn(16, device="hpu")
+        y = torch.relu(x @ w1 + b) * 2 - 1          # an elementwise chain after a matmul
+        z = torch.sigmoid(y).sum(dim=1)
+        htcore.mark_step()
+        """),
+        md("The recipe is a `torch.fx` graph; `recipe.code` is what the device runs:"),
+        code("""
+        compile_event = low.of(ev.Compile)[-1]
+        recipe = next(r for r in hpu_lab.compiler.recipes() if r.id == compile_event.recipe_id)
+        print(recipe.code.strip())
+        """),
+        md("Each node carries what the passes decided: its engine, its fusion cluster, and its tensor class:"),
+        code("""
+        # claim T7
+        for n in compile_event.graph.nodes:
+            if n.op != "output":
+                print(f"{n.index:2d} {n.op:14s} {str(n.shape):9s} engine={n.engine or '-':4s} "
+                      f"cluster={n.cluster:2d} {n.tensor_class}")
+        nodes = compile_event.graph.nodes
+        assert compile_event.clusters >= 1                                       # add/relu/mul/sub fused
+        assert {n.tensor_class for n in nodes if n.op == "input"} == {"persistent"}
+        assert "non-persistent" in {n.tensor_class for n in nodes}              # intermediates never leave the device
+        """),
+        md("Outputs that the program still holds (`y`, `z`) are persistent; everything in between is non-persistent "
+           "and needs only the recipe's working memory (its *memory plan*):"),
+        code("""
+        print("recipe working memory (peak of non-persistent tensors):", compile_event.peak_bytes, "bytes")
+        assert compile_event.peak_bytes > 0
+        """),
+        md("## 6. The bridge: PyTorch kernels\n\n"
+           "> *The PyTorch op could be implemented with a single or multiple TPC/MME ops.*\n\n"
+           "In one training step of seed 000's MLP, matrix products go to the MME, everything else to the TPC:"),
+        code(NET),
+        code("""
+        torch.manual_seed(0)
+        model = Net().to("hpu")
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        data, target = torch.randn(200, 1, 28, 28).to("hpu"), torch.randint(0, 10, (200,)).to("hpu")
+
+        def train_step(penalty=False):
+            optimizer.zero_grad(set_to_none=True)
+            loss = F.nll_loss(model(data), target)
+            if penalty:                          # an L2 penalty: used once, in section 7
+                loss = loss + 1e-4 * model.fc1.weight.pow(2).sum()
+            loss.backward()
+            htcore.mark_step()
+            optimizer.step()
+            htcore.mark_step()
+            return loss
+        """),
+        panel("Ten training steps", "ten", """
+        for step in range(10):
+            loss = train_step()
+        """),
+        md("The first recipe of the run is the forward+backward graph. Its engines:"),
+        code("""
+        fwd_bwd = ten.of(ev.Compile)[0].graph
+        engines = Counter(n.engine for n in fwd_bwd.nodes if n.engine)
+        mme_ops = sorted({n.op for n in fwd_bwd.nodes if n.engine == "MME"})
+        print(dict(engines), "MME ops:", mme_ops)
+        assert engines["MME"] >= 3 and engines["TPC"] > engines["MME"]
+        """),
+        md("## 7. The bridge: execution module and recipe cache\n\n"
+           "> *During training, the graph compilation is only required for the initial iteration, thereafter, the same "
+           "compiled recipe is re-executed every iteration (with new inputs) unless there is a change in the ops being executed.*\n\n"
+           "Count the compiles in each of the ten steps above, and the cache's answers:"),
+        code("""
+        # claim T8
+        first = ten.of(ev.MarkStep)[0].step                    # two mark_steps per training step
+        per_step = Counter((e.step - first) // 2 for e in ten.of(ev.Compile))
+        hits = sum(e.hit for e in ten.of(ev.CacheLookup))
+        print("compiles per training step:", [per_step.get(i, 0) for i in range(10)])
+        print(f"cache lookups: {len(ten.of(ev.CacheLookup))}, hits: {hits}")
+        assert per_step.get(0, 0) >= 2                                  # the first step compiles its graphs
+        assert sum(per_step.get(i, 0) for i in range(2, 10)) == 0     # then flat
+        assert hits >= 16
+        """),
+        md("Now change the ops — add an L2 penalty to the loss for one step:"),
+        panel("A step whose ops changed", "changed", """
+        loss = train_step(penalty=True)
+        """),
+        md("The forward+backward graph compiles again; the reason is a diff against the graph compiled before at the "
+           "same `mark_step`:"),
+        code("""
+        fwd_bwd_compiles = [e for e in changed.of(ev.Compile) if e.node_count > 20]
+        for e in fwd_bwd_compiles:
+            print("recompiled because:", e.reason)
+        assert len(fwd_bwd_compiles) == 1 and "new op" in fwd_bwd_compiles[0].reason
+        """),
+        md("> *… launch the resulting recipe in an asynchronous method.*\n\n"
+           "`mark_step` queues the recipe and returns; the device (a worker thread here) runs it while Python "
+           "goes on. Launch a graph that takes the device a while, then trace more ops at once:"),
+        code("""
+        a = torch.randn(700, 700, device="hpu") / 30
+        def heavy(h):
+            for _ in range(8):
+                h = torch.tanh(h @ a)
+            return h
+        heavy(a); htcore.mark_step(); torch.hpu.synchronize()     # compile it first
+        """),
+        panel("Asynchronous launch", "asyn", """
+        h = heavy(a)
+        htcore.mark_step()                 # returns as soon as the recipe is queued
+        more = torch.ones(4, device="hpu")
+        for i in range(100):               # the host traces the next ops while the device is busy
+            more = more * 1.01 + 0.1
+        torch.hpu.synchronize()
+        """),
+        md("`mark_step` returned before the device finished, and ops were traced while the device ran:"),
+        code("""
+        # claim T9
+        (ms,) = asyn.of(ev.MarkStep)
+        run = next(e for e in asyn.of(ev.DeviceExecution) if e.node_count >= 16)
+        overlapped = [e for e in asyn.of(ev.OpAccumulated) if run.t_start < e.t_start < run.t_end]
+        print(f"mark_step returned before the device finished: {ms.t_end < run.t_end}; "
+              f"ops traced while the device ran: {'yes' if overlapped else 'none'}")
+        assert ms.t_end < run.t_end and len(overlapped) >= 1
+        """),
+        md("## 8. The bridge: memory manager\n\n"
+           "> *The Intel Gaudi PyTorch bridge has a memory manager that optimally serves the allocation and free requests "
+           "from the device memory.*\n\nAllocate 4 MB on the device, then free it:"),
+        code("""
+        # claim T10
+        torch.hpu.synchronize()
+        before = torch.hpu.memory_allocated()
+        big = torch.empty(1024, 1024, device="hpu")        # 4 MiB of float32
+        during = torch.hpu.memory_allocated()
+        del big
+        after = torch.hpu.memory_allocated()
+        print(f"allocated: +{(during - before) / 2**20:.0f} MiB, after del: +{(after - before) / 2**20:.0f} MiB")
+        stats = torch.hpu.memory_stats()
+        print(f"Limit {stats['Limit'] / 2**30:.0f} GiB (a Gaudi 2's HBM); memory_stats() also has:", ", ".join(sorted(stats)))
+        assert during - before == 4 * 2**20 and after == before
+        assert torch.hpu.max_memory_allocated() >= during
+        """),
+        md("> *It additionally provides the capability to create tensors with pinned memory, which reduces the time "
+           "required for doing a DMA by avoiding a copy on the host side.*"),
+        *when("pinned", [
+            code("""
+            # claim T10
+            host = torch.randn(200, 784).pin_memory()
+            with ev.Collector() as pin:
+                dev = host.to("hpu", non_blocking=True)
+            print(host.is_pinned(), [e.kind for e in pin.events])
+            assert host.is_pinned()
+            """),
+        ], "claim T10 (pinned part)", "pinned host memory and its copy path"),
+        md("## 9. Mixed precision\n\n> *Gaudi supports mixed precision training using PyTorch autocast … It executes "
+           "operations registered to autocast using lower precision floating datatype.*"),
+        *when("amp", [
+            panel("Autocast to bfloat16", "amp", """
+            with torch.autocast(device_type="hpu", dtype=torch.bfloat16):
+                logits = x @ w1                      # mm: on the lower-precision list
+                probs = torch.softmax(logits, dim=1) # softmax: also on Gaudi's bf16 list
+                total = logits.float().sum()
+            htcore.mark_step()
+            """),
+            md("The dtype of each op's result, and the casts autocast inserted into the graph:"),
+            code("""
+            # claim T11
+            print("mm ->", logits.dtype, " softmax ->", probs.dtype, " sum of float ->", total.dtype)
+            graph = amp.of(ev.Compile)[-1].graph if amp.of(ev.Compile) else amp.of(ev.Launch)[-1].graph
+            casts = [n for n in graph.nodes if n.is_cast]
+            print("cast nodes in the recipe:", len(casts), [n.dtype for n in casts])
+            assert logits.dtype == torch.bfloat16 and total.dtype == torch.float32
+            assert casts and {"bfloat16"} <= {n.dtype for n in casts}
+            """),
+        ], "claim T11", "autocast dtypes per op"),
+        md("## 10. Distributed training and the media loader\n\n"
+           "> *Intel Gaudi PyTorch implements HCCL communication backend to support scale-up and scale-out.*\n\n"
+           "The `hccl` backend is shown in notebook 06 once it lands. The media loader (`habana_dataloader`) "
+           "\"falls back to the native torch data loader if the provided parameters are not supported\"; in this lab "
+           "the native `torch.utils.data.DataLoader` is what you use:"),
+        code("""
+        from hpu_lab.data import MNISTLike
+        loader = torch.utils.data.DataLoader(MNISTLike(train=True), batch_size=200, num_workers=0, drop_last=True)
+        data, target = next(iter(loader))
+        print(tuple(data.shape), data.dtype, tuple(target.shape), target.dtype)
+        assert data.shape == (200, 1, 28, 28)
+        """),
+        md("""
+        ## Summary
+        - Eager mode launches one graph per op; `PT_HPU_MAX_COMPOUND_OP_SIZE=1` makes lazy mode do the same.
+        - `torch.compile` compiles the wrapped part once and then only calls it; the rest runs op by op.
+        - Lazy mode accumulates ops and runs them only when a value is needed or at `mark_step`; it re-traces the
+          graph every iteration, which is host time, but the recipe comes from the cache after the first steps.
+        - A recipe is the result of the bridge's passes: fused clusters, MME/TPC engines, persistent vs
+          non-persistent tensors and a memory plan. It is launched asynchronously.
+
+        ## Exercises
+        1. In section 4, replace `y.item()` with `print(y)`. What is the host sync reason now?
+        2. In section 5, make `y` a temporary (`z = torch.sigmoid(torch.relu(x @ w1 + b) * 2 - 1).sum(dim=1)`). Which tensor class does the sub node get now, and why?
+        3. In section 7, change the learning rate between two steps (`optimizer.param_groups[0]["lr"] = 0.05`). Does the optimizer graph recompile? Read the reason.
+        4. In section 7 (async), make the matrices 1500x1500. How does the Timeline change?
+        """),
+    ]
+
+
+# ============================================================================= 02 lazy mode and mark_step
+
+def nb02():
+    return [
+        md("""
+        # Lazy mode and mark_step: decide where your graphs begin and end
+
+        Seed documents: *HPU Graphs for Training* (its opening on lazy mode), *General Model Optimizations*
+        (*Usage of mark_step*) and *Theory of Operations* (*Lazy mode*).
+
+        > *Lazy mode … accumulates and flushes ops only when mark_step is triggered. In large models, the
+        > accumulation time for the ops (host time) can be significantly greater than for devices.*
+
+        **What you'll do**
+        - watch ops pile up in the pending graph, and find every way to make it run;
+        - place `mark_step` in a training loop and see the graphs one step builds;
+        - find out whether a model is host-bound, and use `mark_step` against out-of-memory and recompiles.
+
+        **What you'll learn**
+        - what a host sync is, and what causes one (`.item()`, `print`, `.cpu()`, data-dependent ops);
+        - where `mark_step` belongs and what happens without it.
+
+        **What you'll need**
+        - notebooks 00 and 01; about a minute of CPU time.
+        """),
+        setup_cell(),
+        code(NET + """
+
+from hpu_lab.data import MNISTLike
+train_loader = torch.utils.data.DataLoader(MNISTLike(train=True), batch_size=200)
+torch.manual_seed(0)
+model = Net().to("hpu")
+optimizer = torch.optim.Adadelta(model.parameters(), lr=0.1)
+data, target = next(iter(train_loader))
+data, target = data.to("hpu"), target.to("hpu")
+htcore.mark_step()"""),
+        md("## 1. Ops accumulate until mark_step\n\nRun the forward pass and the loss, and stop before `mark_step`:"),
+        panel("Forward pass, no mark_step yet", "acc", """
+        output = model(data)
+        loss = F.nll_loss(output, target)
+        """),
+        md("Every op was recorded (with the line that issued it), and nothing ran:"),
+        code("""
+        ops = acc.of(ev.OpAccumulated)
+        print(len(ops), "ops accumulated:", ", ".join(e.op.replace("aten::", "") for e in ops))
+        assert len(ops) >= 6 and acc.of(ev.Launch) == [] and acc.of(ev.GraphBuilt) == []
+        """),
+        md("Now `mark_step`: the pending ops become one graph, which compiles and launches."),
+        panel("mark_step", "ms", """
+        htcore.mark_step()
+        """),
+        code("""
+        (g,) = ms.of(ev.GraphBuilt)
+        print(f"one graph of {g.node_count} nodes, {g.input_count} inputs, {g.output_count} outputs; "
+              f"launches: {len(ms.of(ev.Launch))}")
+        assert len(ms.of(ev.Launch)) == 1 and ms.of(ev.HostSync) == []    # mark_step does not wait
+        """),
+        md("## 2. What else makes the graph run\n\n"
+           "> *The execution … is triggered in a lazy manner, only when a tensor value is required by the user.*\n\n"
+           "Each of these needs a value on the host, so the host must wait for the device (a *host sync*). "
+           "Try them one by one:"),
+        code("""
+        def sync_reasons(fn):
+            with ev.Collector() as c:
+                fn()
+            return [e.reason for e in c.of(ev.HostSync)], len(c.of(ev.Launch))
+
+        y = model(data)
+        triggers = {
+            "loss.item()":          lambda: F.nll_loss(model(data), target).item(),
+            "print(tensor)":        lambda: print(y[0, :3]),
+            "tensor.cpu()":         lambda: (y * 2).cpu(),
+            "if tensor > 0:":       lambda: bool((y.exp().sum() > 0)),
+            "y[y > 0] (boolean mask)": lambda: y[y > -2.3],
+            "torch.nonzero":        lambda: torch.nonzero(y > -2.3),
+        }
+        reasons = {}
+        for name, fn in triggers.items():
+            reasons[name], launches = sync_reasons(fn)
+            print(f"{name:26s} -> launches {launches}, host sync: {reasons[name]}")
+        """),
+        md("Each one launched what it needed and made the host wait, and the reason names the cause. "
+           "Boolean masks and `nonzero` are *data-dependent*: their output shape depends on the values, "
+           "so the bridge cannot even build the rest of the graph before running it:"),
+        code("""
+        assert reasons["loss.item()"] == [".item()"]
+        assert reasons["tensor.cpu()"] == [".cpu()"]
+        assert all(r for r in reasons.values())                       # every trigger waited
+        assert any("nonzero" in r for r in reasons["torch.nonzero"])   # 'data-dependent op aten::nonzero'
+        """),
+        md("`torch.hpu.synchronize()` waits for launched work but does *not* launch what is still pending:"),
+        code("""
+        with ev.Collector() as c:
+            pending = model(data).sum()
+            torch.hpu.synchronize()
+        print("launches:", len(c.of(ev.Launch)))
+        assert c.of(ev.Launch) == []
+        htcore.mark_step()
+        """),
+        md("## 3. The graphs of one training step\n\n"
+           "Seed 000's loop calls `mark_step` after `loss.backward()` and after `optimizer.step()` "
+           "(*mark step is needed for HPU Lazy mode before and after the optimizer step*):"),
+        code("""
+        def train_step(data, target, marks=(True, True)):
+            optimizer.zero_grad(set_to_none=True)
+            output = model(data)
+            loss = F.nll_loss(output, target)
+            loss.backward()
+            if marks[0]:
+                htcore.mark_step()
+            optimizer.step()
+            if marks[1]:
+                htcore.mark_step()
+            return loss
+
+        for _ in range(3):                     # warm up: compile the step's graphs
+            train_step(data, target)
+        """),
+        panel("One training step, two mark_steps", "two", """
+        loss = train_step(data, target)
+        """),
+        md("Two graphs per step: forward + backward, then the optimizer update. The Graph tab draws them; "
+           "here are their sizes and the first lines of the forward+backward recipe:"),
+        code("""
+        launches = two.of(ev.Launch)
+        print("graphs launched:", [len(l.graph.nodes) for l in launches], "nodes (inputs and output included)")
+        recipe = next(r for r in hpu_lab.compiler.recipes() if r.id == launches[0].recipe_id)
+        print("\\n".join(recipe.code.strip().splitlines()[:8]), "\\n    ...")
+        assert len(launches) == 2 and two.of(ev.Compile) == []        # warm: both recipes from the cache
+        """),
+        md("With a single `mark_step` at the end of the step, forward, backward and optimizer are one bigger graph. "
+           "With none, the graph keeps growing across steps until something needs a value:"),
+        code("""
+        for _ in range(3):
+            train_step(data, target, marks=(False, True))            # warm up the one-graph variant too
+        with ev.Collector() as one_mark:
+            train_step(data, target, marks=(False, True))
+        with ev.Collector() as no_mark:
+            for _ in range(3):
+                loss = train_step(data, target, marks=(False, False))
+            htcore.mark_step()                                       # only after three steps
+        size = lambda c: [g.node_count for g in c.of(ev.GraphBuilt)]
+        print("one mark_step per step:         graphs of", size(one_mark), "nodes")
+        print("one mark_step after three steps: graphs of", size(no_mark), "nodes")
+        assert len(size(one_mark)) == 1 and size(no_mark)[0] > 2.5 * size(one_mark)[0]
+        """),
+        md("A graph that spans several steps is compiled for exactly that number of steps: change the count and it "
+           "compiles again. `mark_step` gives every step the same graph, so the cache serves it."),
+        md("## 4. Is the model host-bound?\n\n"
+           "> *In large models, the accumulation time for the ops (host time) can be significantly greater than for "
+           "devices. This could decrease the model's performance by making it host-bound.*\n\n"
+           "Host time grows with the number of ops; device time with the amount of arithmetic. A model made of many "
+           "small layers is the extreme case: 24 narrow blocks, each a `Linear` and a `Tanh`."),
+        code("""
+        def deep_narrow(width=32, blocks=24):
+            layers = [nn.Flatten(), nn.Linear(784, width)]
+            for _ in range(blocks):
+                layers += [nn.Linear(width, width), nn.Tanh()]
+            return nn.Sequential(*layers, nn.Linear(width, 10), nn.LogSoftmax(dim=1))
+
+        torch.manual_seed(0)
+        deep = deep_narrow().to("hpu")
+        deep_opt = torch.optim.SGD(deep.parameters(), lr=0.01)
+        small_batches = [(d[:16].to("hpu"), t[:16].to("hpu")) for d, t in list(train_loader)[:8]]
+
+        def deep_step(data, target):
+            deep_opt.zero_grad(set_to_none=True)
+            loss = F.nll_loss(deep(data), target)
+            loss.backward()
+            htcore.mark_step()
+            deep_opt.step()
+            htcore.mark_step()
+            return loss
+
+        for d, t in small_batches[:3]:          # warm up: compile before measuring
+            deep_step(d, t)
+        torch.hpu.synchronize()
+        """),
+        md("Eight steps. Look at the Timeline: the device lane is mostly idle, waiting for the host to trace the next graph."),
+        panel("Many small ops: 8 steps", "host_bound", live=False, body="""
+        for d, t in small_batches:
+            loss = deep_step(d, t)
+        torch.hpu.synchronize()
+        """),
+        md("The device was busy for well under half of the time: the model is host-bound. (Fractions vary by machine; "
+           "the check leaves a wide margin.)"),
+        code("""
+        # claim G1
+        def busy_fraction(s):
+            window = max(e.t_end for e in s.events) - min(e.t_start for e in s.events)
+            return sum(e.duration_ns for e in s.of(ev.DeviceExecution)) / window
+        print(f"ops traced per step: {len(host_bound.of(ev.OpAccumulated)) // 8}; "
+              f"device busy {'under' if busy_fraction(host_bound) < 0.5 else 'over'} half of the time")
+        assert busy_fraction(host_bound) < 0.5
+        """),
+        md("The exact numbers on this machine:"),
+        code("""
+        # NBVAL_IGNORE_OUTPUT
+        print(f"device busy {100 * busy_fraction(host_bound):.0f}% of the window")
+        """),
+        md("HPU Graphs (notebook 03) remove exactly this host work. Whether seed 000's two-layer MLP is host-bound "
+           "depends on the machine: run it in the exercises."),
+        md("## 5. mark_step against out-of-memory\n\n"
+           "> *mark_step is added to avoid out of memory (OOM) issues. In cases where the size of the graph exceeds "
+           "memory usage, the graph is broken using mark_step.*\n\n"
+           "Give the device a small memory Limit (a lab-only setting) and stream 30 batches of 4 MB through it:"),
+        *when("oom", [
+            code("""
+            hpu_lab.config.set(HPU_LAB_MEMORY_LIMIT="64MiB")
+            w = torch.randn(1000, 1000, device="hpu") / 30
+            htcore.mark_step()
+
+            def accumulate(mark_each_batch):
+                acc = torch.zeros(1000, 1000, device="hpu")
+                for i in range(30):
+                    batch = torch.randn(1000, 1000).to("hpu")   # 4 MB copied to the device
+                    acc = acc + torch.tanh(batch @ w)
+                    if mark_each_batch:
+                        htcore.mark_step()
+                htcore.mark_step()
+                return acc.sum().item()
+            """),
+            md("With a `mark_step` per batch, each batch's graph runs and its input is freed:"),
+            code("""
+            # claim M2
+            torch.hpu.reset_peak_memory_stats()
+            accumulate(mark_each_batch=True)
+            peak = torch.hpu.max_memory_allocated()
+            print(f"fits: peak {'under' if peak < 64 * 2**20 else 'over'} the 64 MiB Limit")
+            assert peak < 64 * 2**20
+            """),
+            md("Without it, all 30 batches are inputs of one graph and must be on the device together:"),
+            code("""
+            # claim M2
+            try:
+                accumulate(mark_each_batch=False)
+                raise AssertionError("expected an out-of-memory error")
+            except RuntimeError as e:
+                oom = e
+            import re
+            message = re.sub(r"recipe [0-9a-f]+ ", "recipe ", str(oom))     # recipe keys are hashes, new every run
+            print(type(oom).__name__ + ":", message.split(" on top of")[0], "...")     # (InUse varies a little)
+            assert "out of memory" in str(oom)
+            """),
+            md("The refused graph was not lost: it is still pending. Give the device its memory back and it runs:"),
+            code("""
+            hpu_lab.config.set(HPU_LAB_MEMORY_LIMIT="96GiB")
+            with ev.Collector() as recovered:
+                htcore.mark_step()
+            print("pending nodes launched:", recovered.of(ev.MarkStep)[0].pending_nodes)
+            assert len(recovered.of(ev.Launch)) == 1
+            """),
+        ], "claim M2", "OOM without mark_step, fits with"),
+        md("## 6. mark_step between static and dynamic parts\n\n"
+           "> *mark_step can also be used when the graph has static and dynamic shapes … Adding mark_step after static "
+           "graph may reduce recompilations or recompile with small dynamic graphs.*\n\n"
+           "A static part (forward and backward on a full batch) followed by a dynamic part (the accuracy of the first "
+           "`n` predictions, `n` changing every step):"),
+        code("""
+        def step_with_metric(n, mark_between):
+            optimizer.zero_grad(set_to_none=True)
+            output = model(data)                                  # static: same shapes every step
+            loss = F.nll_loss(output, target)
+            loss.backward()
+            if mark_between:
+                htcore.mark_step()
+            correct = (output[:n].argmax(dim=1) == target[:n])     # dynamic: n changes
+            accuracy = correct.float().mean()
+            htcore.mark_step()
+            return accuracy
+
+        def compiles(mark_between):
+            with ev.Collector() as c:
+                for n in (50, 80, 120, 160):
+                    step_with_metric(n, mark_between)
+            return [e.node_count for e in c.of(ev.Compile)]
+        """),
+        code("""
+        # claim M3
+        without, with_mark = compiles(mark_between=False), compiles(mark_between=True)
+        print("without mark_step:", len(without), "compiles, nodes per compile:", without)
+        print("with mark_step:   ", len(with_mark), "compiles, nodes per compile:", with_mark)
+        big = lambda nodes: sum(1 for n in nodes if n >= 20)
+        assert big(without) == 4                 # the whole step recompiled for every n
+        assert big(with_mark) <= 1               # the static graph compiled at most once (it may be cached)
+        assert sum(1 for n in with_mark if n < 20) == 4    # only the small dynamic graph recompiles
+        """),
+        md("## 7. Logging without breaking the step\n\n"
+           "`htcore.add_step_closure(fn, args)` runs `fn` right after the next `mark_step`, when the values exist, "
+           "instead of forcing a sync in the middle of the step:"),
+        code("""
+        losses = []
+        with ev.Collector() as clo:
+            for data_b, target_b in list(train_loader)[:4]:
+                loss = train_step(data_b.to("hpu"), target_b.to("hpu"), marks=(True, False))
+                htcore.add_step_closure(lambda l: losses.append(round(l.item(), 3)), (loss,))
+                htcore.mark_step()
+        print("losses logged:", len(losses), " host syncs:", [e.reason for e in clo.of(ev.HostSync)])
+        assert len(losses) == 4
+        """),
+        md("""
+        ## Summary
+        - In lazy mode, ops accumulate into a pending graph; nothing runs until `mark_step` or until a value is needed.
+        - `.item()`, `print`, `.cpu()`, Python conditions on tensors and data-dependent ops are host syncs: the host
+          waits for the device. They are the ones to keep out of the hot loop.
+        - `mark_step` after `backward()` and after `optimizer.step()` gives every step the same graphs, so the recipe cache serves them.
+        - A small model is host-bound: the device idles while Python traces ops.
+        - `mark_step` can cut a graph that would not fit in memory, and separate static from dynamic parts so only small graphs recompile.
+
+        ## Exercises
+        1. In section 3, move the first `mark_step` to just after `model(data)`. How many graphs per step, and which recipe is the biggest?
+        2. In section 4, train with `batch_size=800` (`MNISTLike` has 1600 images). Is the device busier? Why?
+        3. In section 5, `mark_step` every 5 batches instead of every batch. What peak memory do you get?
+        4. In section 6, remove the `mark_step` at the end of `static_then_dynamic`. What triggers the graphs now?
+        """),
+    ]
+
+
+NOTEBOOKS = {
+    "00_start_here": nb00,
+    "01_theory_of_operations": nb01,
+    "02_lazy_mode_and_mark_step": nb02,
+}
+
+
+# ----------------------------------------------------------------------------- write and execute
+
+def build(name: str) -> str:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = flatten(NOTEBOOKS[name]())
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["language_info"] = {"name": "python"}
+    path = os.path.join(HERE, f"{name}.ipynb")
+    nbformat.write(nb, path)
+    return path
+
+
+def execute(path: str) -> bool:
+    """Run the notebook in a fresh kernel and store its outputs (also when a cell fails, so the
+    failure can be read in the file). The same as ``jupyter nbconvert --execute --inplace``."""
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+    venv_bin = os.path.join(ROOT, ".venv", "bin")
+    os.environ["PATH"] = venv_bin + os.pathsep + os.environ.get("PATH", "")
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": HERE}})
+    ok = True
+    try:
+        client.execute()
+    except CellExecutionError as e:
+        ok = False
+        print(f"FAILED {os.path.basename(path)}:\n{str(e)[-3000:]}")
+    nbformat.write(nb, path)
+    return ok
+
+
+def use_committed_code(tmp: str) -> None:
+    """Make the kernels import hpu_lab and widgets as committed (HEAD), not as the working tree has
+    them: others edit the runtime in this checkout while the notebooks are built."""
+    archive = subprocess.run(["git", "archive", "HEAD", "hpu_lab", "widgets"], cwd=ROOT, capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
+    os.environ["PYTHONPATH"] = tmp + os.pathsep + os.environ.get("PYTHONPATH", "")
+    head = subprocess.run(["git", "log", "-1", "--format=%h %s"], cwd=ROOT, capture_output=True, text=True).stdout
+    print("running against HEAD:", head.strip()[:100])
+
+
+def main(argv) -> None:
+    if "--worktree" not in argv and "--no-exec" not in argv:
+        import tempfile
+        use_committed_code(tempfile.mkdtemp(prefix="hpu_lab_head_"))
+    run = "--no-exec" not in argv
+    wanted = [a for a in argv if not a.startswith("--")]
+    names = [n for n in NOTEBOOKS if not wanted or any(n.startswith(w) for w in wanted)]
+    missing = [f"{k}: {v[0]}" for k, v in FEATURES.items() if not have(k)]
+    if missing:
+        print("features not landed yet (TODO cells):\n  " + "\n  ".join(missing))
+    failed = []
+    for name in names:
+        path = build(name)
+        print("wrote", os.path.relpath(path, ROOT))
+        if run and not execute(path):
+            failed.append(name)
+    if failed:
+        sys.exit(f"notebooks with a failing cell: {', '.join(failed)}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
