@@ -25,6 +25,10 @@ def run(handler, func, args, kwargs):
     _local.depth = depth + 1
     try:
         res = handler(func, args, kwargs)
+    except BaseException:
+        if depth == 0 and lazy.S.pg.nodes and not _has_live_outputs(lazy.S.pg):
+            lazy.S.pg = PendingGraph()   # e.g. a view node read for an op that then failed
+        raise
     finally:
         _local.depth = depth
     if depth == 0 and lazy.S.pg.nodes:
