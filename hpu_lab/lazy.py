@@ -568,6 +568,8 @@ def get_recipe(key, nodes, externals, outs, site):
         ev.emit(ev.CacheLookup(t0, ev.now(), "host", ev.recorder.step, hit=False, key=key.short))
     recipe = build.compile_graph(nodes, externals, outs, key, site)
     prev = cache.nearest(site, recipe.desc)
+    if prev is not None and _unrelated(prev.desc, recipe.desc):
+        prev = None          # another graph cut at the same line (e.g. the optimizer's): not a recompile
     reason = diff(prev.desc if prev is not None else None, recipe.desc)
     recipe.reason = reason
     cache.store(key, recipe, site)
@@ -581,6 +583,13 @@ def get_recipe(key, nodes, externals, outs, site):
         from .profiler import dump_graph_if_enabled
         dump_graph_if_enabled(recipe.summary, f"recipe_{recipe.id}_{key.short}")
     return recipe
+
+
+def _unrelated(a, b) -> bool:
+    """No op in common at the start and a different number of inputs: a different graph."""
+    (ain, anodes), (bin_, bnodes) = a, b
+    first_same = bool(anodes) and bool(bnodes) and anodes[0][0] == bnodes[0][0]
+    return not first_same and len(ain) != len(bin_)
 
 
 _compile_hooks: list = []      # e.g. the disk cache storing a new recipe
