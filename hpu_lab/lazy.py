@@ -817,9 +817,13 @@ def random_inplace(func, args, kwargs):
     if S.capture is not None:
         S.capture.note_random()
 
+    # the closure keeps no tensor: it lives on in the buffer (Inp.regen), and a tensor in it could
+    # form a cycle through autograd's C++ graph that the garbage collector cannot free
+    size, stride, dtype, rest = t._size, t._stride, t.dtype, args[1:]
+
     def draw():
-        buf = torch.empty_strided(t._size, t._stride, dtype=t.dtype)
-        return func(buf, *args[1:], **kwargs)
+        buf = torch.empty_strided(size, stride, dtype=dtype)
+        return func(buf, *rest, **kwargs)
 
     write_concrete(t, draw(), regen=draw, op=ops.op_name(func))
     return t
@@ -832,10 +836,10 @@ def native_dropout(func, args, kwargs):
     if p >= 1:
         return lazy_op(func, args, kwargs)
     # the noise is what CPU's dropout draws: bernoulli(1-p) / (1-p); it becomes a graph input
-    size = tuple(x.shape)
+    size, dtype = tuple(x.shape), x.dtype       # (no tensor in the closure: see random_inplace)
 
     def draw():
-        noise = torch.empty(size, dtype=x.dtype).bernoulli_(1 - p)
+        noise = torch.empty(size, dtype=dtype).bernoulli_(1 - p)
         return noise.div_(1 - p)
 
     noise = new_storage_tensor(size, _contig(size), x.dtype, None)
