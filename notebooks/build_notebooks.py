@@ -1555,8 +1555,7 @@ batches = [(torch.randn(n, 1, 28, 28), torch.randint(0, 10, (n,))) for n in (200
 
         wide_steps = wide_step_fns()
 
-        def timed(step, n=5):
-            """Median wall time of one step, device work included."""
+        def timed(step, n=5):                  # median wall time of one step, device work included
             times = []
             for _ in range(n):
                 torch.hpu.synchronize()
@@ -1614,11 +1613,282 @@ batches = [(torch.randn(n, 1, 28, 28), torch.randint(0, 10, (n,))) for n in (200
         """),
     ]
 
+# ============================================================================= 04 dynamicity
+
+def nb04():
+    return [
+        md("""
+        # Dynamicity: when shapes, paths and values change
+
+        Seed document: *HPU Graphs for Training* (its limitations and *Dynamicity in Models*).
+
+        > *HPU Graphs assumes there is no dynamic op or dynamic flow in the graph, and relies on input shapes
+        > only to determine whether the precompiled recipe can be used or if a recompilation is required.*
+
+        A graph is compiled for fixed shapes, a fixed sequence of ops and fixed constants. Anything that changes one
+        of them — a batch of another size, an `if` on a tensor, an op whose output size depends on the data — is
+        *dynamicity*, and costs a recompile, a new graph, or a host sync.
+
+        **What you'll do**
+        - change input shapes in lazy mode and read each recompile's reason;
+        - meet the last-batch problem and fix it two ways (`ModuleCacher`, `drop_last=True`);
+        - run the seed's two examples: dynamic control flow (one graph per path) and a dynamic op kept outside the cached modules;
+        - see what `ModuleCacher` refuses to capture.
+
+        **What you'll learn**
+        - how to recognise each kind of dynamicity in the panel (Recompiles tab, host syncs);
+        - how to split a model so that its static parts still run as graphs.
+
+        **What you'll need**
+        - notebooks 02 and 03; about a minute of CPU time.
+        """),
+        setup_cell("import random\nimport itertools\nfrom hpu_lab.data import MNISTLike"),
+        code(NET + """
+
+device = torch.device("hpu")"""),
+        md("## 1. Dynamic inputs in lazy mode\n\n"
+           "Batches of 200, 200, then 96, then 200 again. Every graph is compiled for its input shapes:"),
+        code("""
+        torch.manual_seed(0)
+        model = Net().to(device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+        def train_step(data, target):
+            optimizer.zero_grad(set_to_none=True)
+            loss = F.nll_loss(model(data.to(device)), target.to(device))
+            loss.backward()
+            htcore.mark_step()
+            optimizer.step()
+            htcore.mark_step()
+            return loss
+
+        sizes = [200, 200, 96, 200, 96]
+        batches = [(torch.randn(n, 1, 28, 28), torch.randint(0, 10, (n,))) for n in sizes]
+        """),
+        panel("Lazy mode: batch sizes 200, 200, 96, 200, 96", "dyn", """
+        for data, target in batches:
+            loss = train_step(data, target)
+        """),
+        md("The Recompiles tab lists every compile with its reason. The batch of 96 compiled the step's graph again; "
+           "when 200 and 96 come back, both recipes are in the cache:"),
+        code("""
+        first = dyn.of(ev.MarkStep)[0].step                 # two mark_steps per training step
+        for e in dyn.of(ev.Compile):
+            print(f"training step {(e.step - first) // 2}: {e.node_count:3d} nodes, {e.reason}")
+        shape_changes = [e for e in dyn.of(ev.Compile) if "shape changed" in e.reason]
+        assert shape_changes and "(200, 1, 28, 28) -> (96, 1, 28, 28)" in shape_changes[0].reason
+        hits_after = [e.hit for e in dyn.of(ev.CacheLookup) if e.step >= dyn.of(ev.MarkStep)[6].step]
+        assert all(hits_after)                     # steps 4 and 5: every graph from the cache
+        """),
+        md("## 2. The last batch\n\n"
+           "> *Even simple models with static inputs might exhibit dynamicity. For example, if the batch size does not "
+           "divide the dataset evenly, one gets a batch at the end that is a different shape … This can handled by using "
+           "ModuleCacher or by using drop_last=True in the dataloader.*\n\n"
+           "1600 images in batches of 256: six full batches and a last one of 64."),
+        code("""
+        train_set = MNISTLike(train=True)
+        loader = torch.utils.data.DataLoader(train_set, batch_size=256)
+        print([len(t) for _, t in loader])
+
+        def epoch_with_cacher(loader):
+            torch.manual_seed(0)
+            model = Net().to(device)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            htcore.hpu.ModuleCacher(max_graphs=10)(model=model, inplace=True)
+            for data, target in loader:
+                optimizer.zero_grad(set_to_none=True)
+                loss = F.nll_loss(model(data.to(device)), target.to(device))
+                loss.backward()
+                htcore.mark_step()
+                optimizer.step()
+                htcore.mark_step()
+            return model.module_cacher.num_graphs
+        """),
+        md("The basic APIs replay static shapes only: a graph captured for 256 refuses the last batch."),
+        code("""
+        graphed = htcore.hpu.make_graphed_callables(Net().to(device), (torch.randn(256, 1, 28, 28, device=device),))
+        last_data, _ = list(loader)[-1]
+        try:
+            graphed(last_data.to(device))
+            raise AssertionError("expected an error")
+        except ValueError as e:
+            print("ValueError:", e)
+        """),
+        md("`ModuleCacher` captures a second graph for the last shape; `drop_last=True` never produces it:"),
+        panel("Last batch: ModuleCacher vs drop_last", "last", """
+        graphs_cacher = epoch_with_cacher(loader)
+        graphs_drop_last = epoch_with_cacher(torch.utils.data.DataLoader(train_set, batch_size=256, drop_last=True))
+        print("ModuleCacher, all batches:", graphs_cacher, "graphs;  drop_last=True:", graphs_drop_last, "graph")
+        """),
+        code("""
+        # claim G11
+        assert graphs_cacher == 2 and graphs_drop_last == 1
+        """),
+        md("## 3. Dynamic control flow: one graph per path\n\n"
+           "> *When the dynamic control flow is present, the model needs to be separated into different HPU Graphs. In the "
+           "example below, the output of module1 feeds module2 or module3 depending on the dynamic control flow.*\n\n"
+           "The seed's example, with 20 iterations instead of 200 (and the backward pass and optimizer step it elides):"),
+        code("""
+        random.seed(0)
+        torch.manual_seed(0)
+        module1 = nn.Linear(784, 128).to(device)
+        module2 = nn.Linear(128, 100).to(device)
+        module3 = nn.Linear(128, 50).to(device)
+        all_params = itertools.chain(module1.parameters(), module2.parameters(), module3.parameters())
+        optimizer = torch.optim.Adadelta(all_params, lr=0.1)
+
+        x = torch.randn(5, 784, device=device)
+        h = torch.randn(5, 128, device=device, requires_grad=True)   # the seed omits requires_grad=True: then the
+                                                                     # graphs of module2/3 pass no gradient back to module1
+
+        graph_of = {}                                  # which captured graphs belong to which module
+        for name in ("module1", "module2", "module3"):
+            with ev.Collector(kinds=[ev.CaptureEnd]) as c:
+                globals()[name] = torch.hpu.make_graphed_callables(globals()[name], (x,) if name == "module1" else (h,))
+            graph_of.update({e.graph_id: name for e in c.events})
+        print({name: sum(1 for n in graph_of.values() if n == name) for name in ("module1", "module2", "module3")},
+              "graphs (forward, backward) per module")
+
+        real_inputs = [torch.rand_like(x) for _ in range(20)]
+        real_targets = [real_inputs[i].mean() for i in range(20)]
+        """),
+        panel("Dynamic control flow: 20 iterations", "flow", """
+        paths = []
+        for data, target in zip(real_inputs, real_targets):
+            data = data.to(device)
+            target = target.to(device)
+            tmp = module1(data)              # forward ops run as a graph
+            if random.random() > 0.5:
+                paths.append(1)
+                tmp = module2(tmp)           # forward ops run as a graph
+            else:
+                paths.append(2)
+                tmp = module3(tmp)           # forward ops run as a graph
+            loss = torch.abs(tmp.mean() - target)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            htcore.mark_step()
+        print("path 1 taken", paths.count(1), "times, path 2", paths.count(2), "times")
+        """),
+        md("No graph was captured during the loop: each path replayed the graphs of its own module, forward and backward:"),
+        code("""
+        # claim G12
+        replays = Counter(graph_of[e.graph_id] for e in flow.of(ev.Replay) if e.graph_id in graph_of)
+        print("replays per module:", dict(sorted(replays.items())))
+        assert flow.of(ev.CaptureEnd) == []
+        assert replays["module1"] == 2 * 20
+        assert replays["module2"] == 2 * paths.count(1) and replays["module3"] == 2 * paths.count(2)
+        """),
+        md("## 4. Dynamic ops: keep them outside the cached modules\n\n"
+           "> *This example shows module1 -> dynamic boolean indexing -> module2. Thus, the static modules are placed into "
+           "separate ModuleCacher and the dynamic op part is left out.*"),
+        code("""
+        torch.manual_seed(0)
+        module1 = nn.Linear(10, 3).to(device)
+        module2 = nn.ReLU().to(device)
+        all_params = itertools.chain(module1.parameters(), module2.parameters())
+        optimizer = torch.optim.Adadelta(all_params, lr=0.1)
+
+        htcore.hpu.ModuleCacher(max_graphs=10)(model=module1, inplace=True)
+        htcore.hpu.ModuleCacher(max_graphs=10)(model=module2, inplace=True)
+
+        real_inputs = [torch.randn(5, 10) for _ in range(20)]
+        real_targets = [real_inputs[i].mean() for i in range(20)]
+        """),
+        panel("Dynamic op between two cached modules", "dynop", """
+        for data, target in zip(real_inputs, real_targets):
+            data = data.to(device)
+            target = target.to(device)
+            tmp = module1(data)
+
+            # dynamic op
+            tmp = tmp[torch.where(tmp > 0)]
+
+            tmp = module2(tmp)
+            loss = torch.abs(tmp.mean() - target)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            htcore.mark_step()
+        """),
+        md("`torch.where(tmp > 0)` is `nonzero`: its output size depends on the values, so the host waits for the "
+           "device at every iteration. `module1` (static) has one graph; `module2` sees a new shape whenever the number "
+           "of positive values changes, and gets one graph per shape:"),
+        code("""
+        # claim G13
+        syncs = Counter(e.reason for e in dynop.of(ev.HostSync))
+        print("host syncs:", dict(syncs))
+        print("module1:", module1.module_cacher.num_graphs, "graph;  module2:", module2.module_cacher.num_graphs,
+              "graphs (one per output size seen)")
+        assert syncs["data-dependent op aten::nonzero"] == 20
+        assert module1.module_cacher.num_graphs == 1 and module1.module_cacher.stats()["cached_hits"] == 20
+        """),
+        md("## 5. What ModuleCacher does not handle\n\n"
+           "> *ModuleCacher does not handle dynamic control flow or dynamic ops.*\n\n"
+           "Put the dynamic parts *inside* a cached module, and its capture fails with the bridge's message:"),
+        code("""
+        class Branchy(nn.Module):                      # dynamic control flow inside the module
+            def __init__(self):
+                super().__init__()
+                self.a, self.b = nn.Linear(10, 3), nn.Linear(10, 3)
+
+            def forward(self, x):
+                if x.sum() > 0:                        # a Python decision on a device value
+                    return self.a(x)
+                return self.b(x)
+
+        class Masked(nn.Module):                       # a dynamic op inside the module
+            def __init__(self):
+                super().__init__()
+                self.a = nn.Linear(10, 3)
+
+            def forward(self, x):
+                t = self.a(x)
+                return t[torch.where(t > 0)]
+        """),
+        code("""
+        # claim G14
+        errors = {}
+        for cls in (Branchy, Masked):
+            m = cls().to(device)
+            htcore.hpu.ModuleCacher(max_graphs=10)(model=m, inplace=True)
+            try:
+                m(torch.randn(5, 10, device=device)).sum().backward()
+                raise AssertionError(f"{cls.__name__}: expected the capture to fail")
+            except RuntimeError as e:
+                errors[cls.__name__] = str(e)
+                print(f"{cls.__name__}: {type(e).__name__}: {e}")
+        assert all("is not supported during HPU Graph capturing" in msg for msg in errors.values())
+        """),
+        md("The runtime is still usable after the refused captures:"),
+        code("""
+        y = (torch.ones(3, device=device) * 2).sum()
+        print(y.item())
+        assert y.item() == 6.0
+        """),
+        md("""
+        ## Summary
+        - A new input shape means a new graph: lazy mode recompiles (the reason names the input and both shapes) and caches
+          one recipe per shape; HPU Graphs need one graph per shape, which `ModuleCacher` keeps for you.
+        - A last batch of another size is the most common dynamicity: `ModuleCacher` captures one more graph; `drop_last=True`
+          (or padding, notebook 06) avoids it.
+        - Dynamic control flow: give each path its own graphs (one graphed callable per branch) and choose in Python.
+        - Dynamic ops (`nonzero`, boolean masks) need the values on the host: keep them between cached modules, never inside.
+
+        ## Exercises
+        1. In section 1, add a batch of 97. How many recipes does the cache hold for the forward+backward graph now?
+        2. In section 3, make `module2` and `module3` one module with an argument `path` and wrap it with `ModuleCacher`. Does it keep one graph per path?
+        3. In section 4, replace the boolean indexing with `torch.relu(tmp)` (same values where positive, zeros elsewhere). What happens to the host syncs and to `module2`'s graphs?
+        """),
+    ]
+
 NOTEBOOKS = {
     "00_start_here": nb00,
     "01_theory_of_operations": nb01,
     "02_lazy_mode_and_mark_step": nb02,
     "03_hpu_graphs_for_training": nb03,
+    "04_dynamicity": nb04,
 }
 
 
