@@ -15,12 +15,15 @@ and the user's line, and leaves the runtime usable (no capture left open, lazy w
 | nested captures; replay or Event.record inside a capture    | error naming the graph being captured                      |
 | replay of a graph never captured / abandoned                | error saying why the graph is empty                        |
 | backward of an earlier call of a graphed callable           | error: its static buffers were overwritten                 |
+| a CPU tensor updated then read in a capture (torch Adam's   | "aten::_local_scalar_dense (a host read of a CPU tensor    |
+|   step count without capturable=True)                       |   that aten::add_ updated ...) is not supported ..."       |
+| host data copied to the device inside the capture           | HPUGraphWarning: a constant of the graph (line named)      |
 | sample arg without requires_grad, real input with           | warning: no gradient flows to it (as on Gaudi and CUDA)    |
 | -- cannot be detected: frozen by design (shown below) --    |                                                            |
 | Python scalars and control flow in the captured code        | replay repeats what the capture saw                        |
 | a new tensor instead of copy_ into the static input         | replay still reads the static input                        |
 | outputs of the basic API / wrap_in_hpu_graph                | overwritten by the next replay (same objects: G3, I1, I2)  |
-| host data copied to the device inside the capture           | a constant of the graph                                    |
+| host data copied to the device inside the capture           | a constant of the graph (and warned, above)                |
 """
 import pytest
 import torch
@@ -184,6 +187,50 @@ def test_replay_of_an_empty_graph_says_why():
     assert_usable()
 
 
+def _adam_capture(**kw):
+    torch.manual_seed(0)
+    lin = nn.Linear(4, 2).to("hpu")
+    opt = torch.optim.Adam(lin.parameters(), lr=0.1, **kw)
+    x, t = torch.randn(3, 4).to("hpu"), torch.randn(3, 2).to("hpu")
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        ((lin(x) - t) ** 2).mean().backward()
+        opt.step()
+
+    step()                                              # warm-up: the optimizer state exists
+    htcore.mark_step()
+    g = HPUGraph()
+    with torch.hpu.graph(g):
+        step()
+    return g, lin, step
+
+
+def test_host_state_updated_then_read_during_capture():
+    """torch's Adam keeps its step count on the host: captured, replays would reuse one bias correction."""
+    with pytest.raises(HPUGraphError, match=r"^aten::_local_scalar_dense \(a host read of a CPU tensor that "
+                                            r"aten::\w+_ updated in place at test_footguns.py:\d+; .*"
+                                            r"capturable=True\) is not supported during HPU Graph capturing"):
+        _adam_capture()
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+    assert _get_current_dispatch_mode() is None        # the capture's watcher is gone too
+    assert_usable()
+    # with capturable=True the step count lives on the device: replays equal the lazy steps
+    g, lin, _ = _adam_capture(capturable=True)
+    for _ in range(3):
+        g.replay()
+    torch.manual_seed(0)
+    ref = nn.Linear(4, 2).to("hpu")
+    opt = torch.optim.Adam(ref.parameters(), lr=0.1, capturable=True)
+    x, t = torch.randn(3, 4).to("hpu"), torch.randn(3, 2).to("hpu")
+    for _ in range(2 + 3):
+        opt.zero_grad(set_to_none=True)
+        ((ref(x) - t) ** 2).mean().backward()
+        opt.step()
+        htcore.mark_step()
+    assert torch.allclose(lin.weight.detach().cpu(), ref.weight.detach().cpu(), atol=1e-6)
+
+
 def test_backward_of_an_earlier_call_is_refused():
     lin = nn.Linear(3, 3).to("hpu")
     f = torch.hpu.make_graphed_callables(lin, (torch.randn(2, 3).to("hpu"),))
@@ -234,12 +281,15 @@ def test_outputs_are_overwritten_by_the_next_replay():
 
 
 def test_host_data_copied_inside_the_capture_is_a_constant():
+    from hpu_lab.graphs import HPUGraphWarning
     g = HPUGraph()
     host = torch.tensor([1.0, 2.0])
     g.capture_begin()
     d = host.to("hpu")                                  # an H2D copy during the capture
     y = d * 10
-    g.capture_end()
+    with pytest.warns(HPUGraphWarning, match=r"host data copied to the device during the capture \(at "
+                                             r"test_footguns.py:\d+\) is a constant"):
+        g.capture_end()
     host.mul_(100)
     g.replay()
     assert y.tolist() == [10.0, 20.0]

@@ -2,6 +2,7 @@
 
 - ``hpugraph``: ``HPUGraph`` (capture_begin/capture_end/replay...) and the ``graph`` context manager
 - ``recording``: what a capture records and how a replay runs it
+- ``host_state``: host-side state a replay cannot repeat (CPU tensors updated, then read, in a capture)
 - ``streams``: ``Stream``, ``stream``, ``current_stream``, ``default_stream``, ``Event``
 - ``callables``: ``make_graphed_callables`` (forward and backward graphs, for training)
 - ``module_cacher``: ``ModuleCacher`` (one graph pair per input signature, for training)
@@ -10,6 +11,7 @@
 All of them are also ``torch.hpu.<name>`` and ``htcore.hpu.<name>``.
 """
 from ._common import HPUGraphError
+from .recording import HPUGraphWarning
 from .hpugraph import HPUGraph, graph
 from .streams import (Event, Stream, StreamContext, current_stream, default_stream, record_stream,
                       set_stream, stream)
@@ -25,4 +27,5 @@ def is_current_stream_capturing() -> bool:
 
 __all__ = ["HPUGraph", "graph", "Stream", "StreamContext", "stream", "set_stream", "current_stream",
            "default_stream", "record_stream", "Event", "make_graphed_callables", "ModuleCacher",
-           "wrap_in_hpu_graph", "wrap_in_hpu_graph_func", "is_current_stream_capturing", "HPUGraphError"]
+           "wrap_in_hpu_graph", "wrap_in_hpu_graph_func", "is_current_stream_capturing", "HPUGraphError",
+           "HPUGraphWarning"]

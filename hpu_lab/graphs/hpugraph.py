@@ -19,7 +19,7 @@ import itertools
 from .. import events as ev
 from .. import lazy
 from .._source import user_src
-from . import recording
+from . import host_state, recording
 from ..tensor import HPUTensor
 from ._common import HPUGraphError, _full, check_replay_inputs, require_lazy, static_copy
 
@@ -52,12 +52,14 @@ class HPUGraph:
             raise HPUGraphError(f"HPUGraph.capture_begin: graph {cur.graph.id} is being captured; "
                                 "captures cannot nest or overlap")
         src = user_src(2)
+        host_state.drop_finished()
         # work issued before the capture is not part of it: launch it now
         lazy.flush("HPUGraph.capture_begin", f"{src} (before a capture)")
         self.reset()
         cap = recording.Capture(self, bool(dry_run), src)
         self._capture = cap
         lazy.S.capture = cap
+        cap.mode = host_state.start(cap)      # watches host state the replay could not repeat
         t = ev.now()
         ev.emit(ev.CaptureBegin(t, t, "host", ev.recorder.step, graph_id=self.id, src=src))
 
@@ -75,10 +77,12 @@ class HPUGraph:
             if lazy.S.capture is cap:
                 lazy.S.capture = None
             self._capture = None
+            host_state.stop(cap.mode)
             self._why_empty = "the capture failed while compiling its last graph"
             raise
         lazy.S.capture = None
         self._capture = None
+        host_state.stop(cap.mode)
         self._rec = cap.finish()
         if self._user_inputs:
             self._rec.bind_user_inputs([t._st for t in self._user_inputs])
@@ -93,6 +97,8 @@ class HPUGraph:
             self._capture = None
             self._rec = None
             self._why_empty = f"the capture was abandoned: {message}"
+        if cap.mode is not None:
+            host_state.stop(cap.mode)
 
     def _abandon_on_error(self, exc) -> None:
         cap = self._capture
@@ -118,6 +124,7 @@ class HPUGraph:
         src = user_src(3)
         if lazy.S.capture is not None:
             lazy.S.capture.refuse("HPUGraph.replay", src)
+        host_state.drop_finished()
         t0 = ev.now()
         with lazy.S.lock:
             if lazy.S.pg.nodes:
@@ -254,4 +261,5 @@ class graph:
         finally:
             self.capture_stream.is_capture = False
             self.stream_ctx.__exit__(exc_type, exc, tb)
+            host_state.drop_finished()
         return False

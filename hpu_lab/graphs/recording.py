@@ -20,11 +20,13 @@ objects after every replay (claims G3, I1).
 from __future__ import annotations
 
 import itertools
+import warnings
 import weakref
 
 from .. import events as ev
 from .. import lazy
 from ..runtime import executor
+from .._source import user_src
 from ..tensor import Inp, Out
 from ._common import HPUGraphError
 
@@ -75,6 +77,10 @@ class Recording:
                           for k, p in step.binds]
 
 
+class HPUGraphWarning(UserWarning):
+    """Something a capture froze that the program may expect to change at each replay."""
+
+
 class DryRunValue(executor.DeviceError):
     """Reading an output of a dry-run capture before the first replay."""
 
@@ -97,6 +103,8 @@ class Capture:
         self.keep = []          # keeps reported Inps alive, so their ids stay unique
         self.steps = []
         self.random_ops = 0
+        self.host_copies = {}   # id(inp) -> user line: host data copied to the device in the capture
+        self.mode = None        # host_state.HostStateMode while capturing
 
     # ---- reports from the lazy runtime
     def saw(self, inp, storage) -> None:
@@ -110,6 +118,8 @@ class Capture:
         if inp.regen is not None:
             self.regen_index[i] = len(self.regens)
             self.regens.append((inp.regen, inp.meta))
+        else:
+            self.host_copies[i] = user_src(2)
 
     def note_random(self) -> None:
         self.random_ops += 1
@@ -181,6 +191,14 @@ class Capture:
     def finish(self) -> Recording:
         if self.dry_run:
             self._undo_dry_writes()
+        frozen = sorted({self.host_copies[id(p)] for s in self.steps for k, p in s.binds
+                         if k == CONST and id(p) in self.host_copies})
+        if frozen:
+            warnings.warn(HPUGraphWarning(
+                f"HPU Graph {self.graph.id}: host data copied to the device during the capture (at "
+                f"{', '.join(frozen)}) is a constant of the graph: every replay reuses the captured values. "
+                "If they change from step to step (e.g. an optimizer's host-computed step size), compute "
+                "them on the device or copy them into a static tensor before each replay."), stacklevel=3)
         return Recording(self.steps, self.regens, self.random_ops)
 
     def _undo_dry_writes(self) -> None:
