@@ -192,16 +192,26 @@ def set(**values: Any) -> None:  # noqa: A001 - mirrors os.environ-style setting
         SETTINGS[env].parse(env, raw)          # validate before storing
         _overrides[env] = raw
         _cache.pop(env, None)
-    for fn in _listeners:
-        fn()
+    _notify()
 
 
 def reload() -> None:
     """Forget overrides and re-read the environment on next use."""
     _overrides.clear()
     _cache.clear()
+    _notify()
+
+
+def _notify() -> None:
+    # every listener runs even if one meets a malformed variable; the first error is raised after
+    first = None
     for fn in _listeners:
-        fn()
+        try:
+            fn()
+        except ConfigError as e:
+            first = first or e
+    if first is not None:
+        raise first
 
 
 def validate_all() -> None:

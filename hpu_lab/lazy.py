@@ -547,7 +547,8 @@ def _keep_rest(pg, rest, produced, done_ids):
             n.args = tuple(sub(a) for a in n.args)
             n.kwargs = {k: sub(v) for k, v in n.kwargs.items()}
             n.refs = tuple(sub(r) for r in n.refs)
-            n.sig = (n.op, tuple(resig(a) for a in n.args), tuple((k, resig(v)) for k, v in n.kwargs.items()))
+            n.sig = (op_key(n.op), tuple(resig(a) for a in n.args),
+                     tuple((k, resig(v)) for k, v in n.kwargs.items()))
             n.h = hash(n.sig)
     pg.nodes = rest
     pg.written = [w for w in pg.written if w() is not None and type(w().value) is Out]

@@ -73,6 +73,10 @@ class RecipeCache(Metric):
         self.hit = self.miss = 0
 
     def on_event(self, e):
+        # one count per recipe request: a disk hit served the recipe (a hit); a disk miss is followed
+        # by the memory miss of the same request, counted once there
+        if e.source == "disk" and not e.hit:
+            return
         with self._lock:
             if e.hit:
                 self.hit += 1
