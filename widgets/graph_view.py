@@ -369,7 +369,8 @@ def draw_graph(summary: ev.GraphSummary, ax=None, collapse_clusters: Optional[bo
         legend.append(Patch(facecolor=COLORS["TPC"], edgecolor=_CLUSTER_EDGE, linewidth=1.6,
                             label="fusion cluster (collapsed)"))
     ncol = min(len(legend), 4)
-    ax.legend(handles=legend, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=ncol, fontsize=8, frameon=False)
+    # under the graph at the left, like the title: seen without scrolling a wide graph sideways
+    ax.legend(handles=legend, loc="upper left", bbox_to_anchor=(0.0, 0.0), ncol=ncol, fontsize=8, frameon=False)
     if own_figure:
         fw, fh = fig.get_size_inches()
         top_in = 0.22 * (head.count("\n") + 1) + 0.15

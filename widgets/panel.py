@@ -43,10 +43,12 @@ def figure_bundle(fig, dpi: int = 80, scroll_above_px: int = 1400) -> dict:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)
     b64 = base64.b64encode(buf.getvalue()).decode("ascii")
-    width_px = fig.get_size_inches()[0] * dpi
+    width_px, height_px = fig.get_size_inches() * dpi
     data = {"image/png": b64, "text/plain": f"<Figure {fig.get_size_inches()[0]:.0f}x{fig.get_size_inches()[1]:.0f} in>"}
     if width_px > scroll_above_px:
-        data["text/html"] = (f"<div style='overflow:auto;max-height:640px;border:1px solid #eee'>"
+        # as tall as the figure (+ the horizontal scrollbar), so its bottom (the legend) is not cut off
+        box_h = min(int(height_px) + 24, 1000)
+        data["text/html"] = (f"<div style='overflow:auto;max-height:{box_h}px;border:1px solid #eee'>"
                              f"<img src='data:image/png;base64,{b64}' style='max-width:none'/></div>")
     return {"output_type": "display_data", "data": data, "metadata": {}}
 

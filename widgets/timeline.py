@@ -372,7 +372,8 @@ def draw_timeline(events: Sequence[ev.Event], step_range: Optional[Tuple[int, in
         labelled = []
         for x, step in marks:
             text = f" end of step {step}"
-            if (x - last_label) > span * (len(text) * 4.0 + 8) / axes_pt:
+            fits = x + span * len(text) * 4.0 / axes_pt <= x1 + span * 0.02     # not cut off at the right
+            if (x - last_label) > span * (len(text) * 4.0 + 8) / axes_pt and fits:
                 if not compact:
                     ax.text(x, 1.0, text, transform=trans, fontsize=7, color="#555555",
                             ha="left", va="bottom", rotation=0, clip_on=False)
