@@ -106,3 +106,10 @@ def register() -> None:
         _lib.impl(f._schema.name.split("::")[1] + ("." + f._overloadname if f._overloadname != "default" else ""),
                   _factory(f), "PrivateUse1")
     _registered = True
+    # torch imports torch.distributed.tensor (sympy and more, ~1.4 s) from C++ the first time an op
+    # reaches a wrapper subclass: do it now, so that the first model.to("hpu") of a lesson is not a
+    # second-long blank in its timeline
+    try:
+        import torch.distributed.tensor  # noqa: F401
+    except Exception:  # a torch built without distributed
+        pass
