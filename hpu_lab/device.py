@@ -7,6 +7,8 @@ hpu_lab's hpu module (as ``habana_frameworks.torch.core`` does with
 """
 from __future__ import annotations
 
+import importlib
+
 import torch
 
 from . import lazy, ops
@@ -110,6 +112,6 @@ def register() -> None:
     # reaches a wrapper subclass: do it now, so that the first model.to("hpu") of a lesson is not a
     # second-long blank in its timeline
     try:
-        import torch.distributed.tensor  # noqa: F401
+        importlib.import_module("torch.distributed.tensor")
     except Exception:  # a torch built without distributed
         pass
