@@ -270,7 +270,8 @@ def measure_device_bound(steps: int = 6, rounds: int = 3) -> dict:
     for m, v in out.items():
         print(f"{m:28s} host {v['host_ms']:8.3f} ms   wall {v['wall_ms']:8.3f} ms")
     print(f"replay wall / lazy wall {ratio:.2f} (claim G10: about 1 -- HPU Graphs cut host time, and when the "
-          "device is the bottleneck that is not what sets the step time)")
+          "device is the bottleneck that is not what sets the step time; here host and device share the "
+          "CPU cores, so lazy mode's tracing also slows the device a little)")
     out["replay_wall_vs_lazy"] = ratio
     return out
 
