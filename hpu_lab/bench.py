@@ -89,7 +89,7 @@ SECTIONS = {
     "lazy": ("hpu_lab.bench", "bench_lazy_accumulation"),
     "graphs": ("hpu_lab.bench_graphs", "main"),
     "fused": ("hpu_lab.bench_fused", "main"),
-    "disk_cache": ("hpu_lab.disk_cache", "measure"),
+    "disk_cache": ("hpu_lab.disk_cache", "report"),
 }
 
 

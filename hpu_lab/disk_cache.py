@@ -402,15 +402,22 @@ def measure(repeats: int = 3, folder_path: str = "") -> dict:
     return {"cold_compile_ms": cold, "warm_compile_ms": warm, "ratio": warm / cold, "runs": runs}
 
 
+def report() -> dict:
+    """Measure and print cold vs warm start (what ``python -m hpu_lab.bench disk_cache`` shows)."""
+    m = measure()
+    c, w = m["runs"]["cold"][0], m["runs"]["warm"][0]
+    print("\n== Disk recipe cache: seed-000 training step in fresh processes ==")
+    print(f"cold start: {m['cold_compile_ms']:.1f} ms compiling {c['compiles']} recipes (median of "
+          f"{len(m['runs']['cold'])} fresh processes)")
+    print(f"warm start: {m['warm_compile_ms']:.1f} ms loading {w['disk_hits']} recipes from disk, "
+          f"{w['compiles']} compiled")
+    print(f"warm / cold = {100 * m['ratio']:.1f}% (target: at most 20%); same loss: "
+          f"{c['loss'] == w['loss']}")
+    return m
+
+
 if __name__ == "__main__":
     if "--measure" in sys.argv:
-        m = measure()
-        c, w = m["runs"]["cold"][0], m["runs"]["warm"][0]
-        print(f"cold start: {m['cold_compile_ms']:.1f} ms compiling {c['compiles']} recipes (median of "
-              f"{len(m['runs']['cold'])} fresh processes)")
-        print(f"warm start: {m['warm_compile_ms']:.1f} ms loading {w['disk_hits']} recipes from disk, "
-              f"{w['compiles']} compiled")
-        print(f"warm / cold = {100 * m['ratio']:.1f}% (target: at most 20%); same loss: "
-              f"{c['loss'] == w['loss']}")
+        report()
     else:
         print(__doc__)
