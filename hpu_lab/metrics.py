@@ -5,7 +5,8 @@
 
 Times are in microseconds, as the bridge reports them. The bridge's metrics are
 ``graph_compilation``, ``cpu_fallback``, ``memory_defragmentation`` and ``recipe_cache``; the lab
-adds ``mark_step``, ``graph_launch``, ``host_sync``, ``hpu_graph`` and ``disk_cache``. Each metric
+adds ``mark_step``, ``graph_launch``, ``host_sync``, ``hpu_graph``, ``disk_cache`` and ``collective``
+(collectives run: TotalNumber, TotalBytes, Ops by name; hpu_lab/distributed). Each metric
 is an observer of the event stream, so metrics never change what the runtime does.
 """
 from __future__ import annotations
@@ -176,6 +177,24 @@ class DiskCache(Metric):
         return [("TotalHit", self.hit), ("TotalMiss", self.miss)]
 
 
+class Collectives(Metric):
+    """Collectives that ran (eager ones on the host, lazy ones when the device ran them)."""
+    kinds = (ev.Collective,)
+
+    def reset(self):
+        self.total = self.nbytes = 0
+        self.ops: Counter = Counter()
+
+    def on_event(self, e):
+        with self._lock:
+            self.total += 1
+            self.nbytes += e.nbytes
+            self.ops[e.op] += 1
+
+    def stats(self):
+        return [("TotalNumber", self.total), ("TotalBytes", self.nbytes), ("Ops", dict(self.ops))]
+
+
 def _make_all() -> Dict[str, Metric]:
     return {
         "graph_compilation": GraphCompilation("graph_compilation"),
@@ -187,6 +206,7 @@ def _make_all() -> Dict[str, Metric]:
         "host_sync": Counting("host_sync", ev.HostSync, reason_attr="reason"),
         "hpu_graph": HpuGraph("hpu_graph"),
         "disk_cache": DiskCache("disk_cache"),
+        "collective": Collectives("collective"),
     }
 
 
