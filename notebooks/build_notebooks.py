@@ -739,11 +739,12 @@ hpu_lab.config.set(PT_HPU_LAZY_MODE="0")"""),
            "goes on. Launch a graph that takes the device a while, then trace more ops at once:"),
         code("""
         a = torch.randn(700, 700, device="hpu") / 30
+        htcore.mark_step()
         def heavy(h):
             for _ in range(8):
                 h = torch.tanh(h @ a)
             return h
-        heavy(a); htcore.mark_step(); torch.hpu.synchronize()     # compile it first
+        h = heavy(a); htcore.mark_step(); torch.hpu.synchronize()     # compile it first
         """),
         panel("Asynchronous launch", "asyn", """
         h = heavy(a)
@@ -751,12 +752,13 @@ hpu_lab.config.set(PT_HPU_LAZY_MODE="0")"""),
         more = torch.ones(4, device="hpu")
         for i in range(100):               # the host traces the next ops while the device is busy
             more = more * 1.01 + 0.1
+        htcore.mark_step()
         torch.hpu.synchronize()
         """),
         md("`mark_step` returned before the device finished, and ops were traced while the device ran:"),
         code("""
         # claim T9
-        (ms,) = asyn.of(ev.MarkStep)
+        ms = asyn.of(ev.MarkStep)[0]                     # the mark_step that launched heavy()
         run = next(e for e in asyn.of(ev.DeviceExecution) if e.node_count >= 16)
         overlapped = [e for e in asyn.of(ev.OpAccumulated) if run.t_start < e.t_start < run.t_end]
         print(f"mark_step returned before the device finished: {ms.t_end < run.t_end}; "
