@@ -8,15 +8,17 @@ import torch
 
 _SKIP = (os.path.dirname(torch.__file__), os.path.dirname(os.path.abspath(__file__)),
          "<frozen ", os.path.dirname(os.__file__))
-_cache: dict = {}   # code object -> True if it belongs to the user
+# keyed by file name, not by code object: two code objects compare equal when their code is the
+# same, even from different files (IPython compiles each cell's statements apart, so the same line
+# in two cells would otherwise report the first cell's file)
+_cache: dict = {}   # file name -> True if it belongs to the user
 
 
 def _is_user(code) -> bool:
-    r = _cache.get(code)
+    fn = code.co_filename
+    r = _cache.get(fn)
     if r is None:
-        fn = code.co_filename
-        r = not fn.startswith(_SKIP) and "/site-packages/tqdm/" not in fn
-        _cache[code] = r
+        r = _cache[fn] = not fn.startswith(_SKIP) and "/site-packages/tqdm/" not in fn
     return r
 
 
@@ -45,11 +47,12 @@ def user_src(depth: int = 2) -> str:
     cache = _cache
     while f is not None:
         code = f.f_code
-        r = cache.get(code)
+        fn = code.co_filename
+        r = cache.get(fn)
         if r is None:
             r = _is_user(code)
         if r:
-            key = (code, f.f_lineno)
+            key = (fn, f.f_lineno)
             s = _fmt.get(key)
             if s is None:
                 s = _fmt[key] = f"{os.path.basename(code.co_filename)}:{f.f_lineno}"

@@ -42,7 +42,8 @@ def _results(out: str, world: int = 2):
     for line in out.splitlines():
         if line.startswith("RESULT "):
             _, rank, payload = line.split(" ", 2)
-            res[int(rank)] = json.loads(payload)
+            # torchrun's ranks share one stdout: another rank's output may follow on the same line
+            res[int(rank)], _ = json.JSONDecoder().raw_decode(payload)
     assert sorted(res) == list(range(world)), out[-4000:]
     return res
 
