@@ -3,6 +3,8 @@ inference on meta tensors, cached, because meta kernels cost ~100 us an op (DESI
 """
 from __future__ import annotations
 
+import threading
+
 import torch
 
 aten = torch.ops.aten
@@ -115,8 +117,25 @@ def meta_tensor(size, stride, dtype, offset=0, extent=None):
     return torch.empty_strided(size, stride, dtype=dtype, device=META)
 
 
+_meta_tls = threading.local()
+
+
+def in_meta_kernel() -> bool:
+    """True while shape inference runs: many meta kernels are Python decompositions that call
+    torch functions, which user-level casting layers (legacy HMP) must leave alone."""
+    return getattr(_meta_tls, "depth", 0) > 0
+
+
 def run_meta(func, margs, mkwargs):
     """Run func on meta tensors; raise MetaFailure if there is no meta kernel or it needs data."""
+    _meta_tls.depth = getattr(_meta_tls, "depth", 0) + 1
+    try:
+        return _run_meta(func, margs, mkwargs)
+    finally:
+        _meta_tls.depth -= 1
+
+
+def _run_meta(func, margs, mkwargs):
     try:
         return func(*margs, **mkwargs)
     except (NotImplementedError, torch._subclasses.fake_tensor.DynamicOutputShapeException) as e:

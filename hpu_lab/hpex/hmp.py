@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from ._common import in_device_kernel
+from ..ops import in_meta_kernel
 
 DEPRECATION = ("Habana Mixed Precision (HMP) module is deprecated and will be removed in version 1.13.0.\n"
                "Please use native PyTorch autocast for mixed precision training and inference")
@@ -90,7 +91,8 @@ def _vprint(*args):
 
 
 def _active() -> bool:
-    return (not _state.disabled and threading.get_ident() == _state.thread and not in_device_kernel())
+    return (not _state.disabled and threading.get_ident() == _state.thread and not in_device_kernel()
+            and not in_meta_kernel())
 
 
 def to_bf16(t):
