@@ -8,6 +8,7 @@ returned ``Section`` (``s.metrics``, ``s.advice``, ``s.timeline()``, ``s.panel``
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from typing import List, Optional
 
@@ -82,15 +83,23 @@ class Section:
 
 def _await_device(events: list, timeout: float = 2.0) -> None:
     """Launches of the block may still be running on the device when the block ends: wait
-    (passively, without a sync) for their DeviceExecution events so the timeline is complete."""
-    deadline = time.perf_counter() + timeout
-    while time.perf_counter() < deadline:
+    (passively, without a sync) for their DeviceExecution events so the timeline is complete.
+    Woken by the events themselves, not by polling."""
+    done = threading.Event()
+
+    def complete() -> bool:
         snapshot = list(events)
         launched = {e.launch_id for e in snapshot if isinstance(e, ev.Launch)}
-        done = {e.launch_id for e in snapshot if isinstance(e, ev.DeviceExecution)}
-        if launched <= done:
-            return
-        time.sleep(0.002)
+        finished = {e.launch_id for e in snapshot if isinstance(e, ev.DeviceExecution)}
+        return launched <= finished
+
+    def on_execution(_e) -> None:
+        if complete():
+            done.set()
+
+    with ev.subscribe(on_execution, [ev.DeviceExecution]):
+        if not complete():
+            done.wait(timeout)
 
 
 @contextlib.contextmanager
