@@ -1,4 +1,4 @@
-"""The HPU Graphs payoff, measured: ``python -m hpu_lab.bench_graphs`` (also a section of hpu_lab.bench).
+"""The HPU Graphs payoff, measured: ``python -m hpu_lab.bench.graphs`` (also a section of ``python -m hpu_lab.bench``).
 
 Seed 000's MNIST MLP (784-128-10 with dropout, batch 200, Adadelta) trains one step at a time in
 the seed's four ways -- no graphs (lazy mode), make_graphed_callables, ModuleCacher, capture and
@@ -56,7 +56,7 @@ def _thread_cpu_ns(tid: int) -> int:
 
 
 def _device_tids() -> set:
-    from .runtime import executor
+    from ..runtime import executor
     return {s._thread.native_id for s in list(executor._streams.values())}
 
 
@@ -133,7 +133,7 @@ LABELS = {"lazy": "no HPU Graphs (lazy)", "make_graphed_callables": "make_graphe
 
 
 def _counts(step, batches):
-    from . import events as ev
+    from .. import events as ev
     kinds = (ev.OpAccumulated, ev.GraphBuilt, ev.Compile, ev.Replay, ev.Launch)
     with ev.Collector(kinds=kinds) as c:
         for x, t in batches:
@@ -179,7 +179,7 @@ def measure(steps: int = 40, rounds: int = 5, warmup: int = 5) -> dict:
 def _host_rng_ms(replay_step, n) -> float:
     """Host time per step of drawing the dropout noise (the replay redraws exactly what lazy mode
     draws: the same host op, from torch's default generator)."""
-    from .graphs import HPUGraph
+    from ..graphs import HPUGraph
     g = next(c.cell_contents for c in replay_step.__closure__ if isinstance(c.cell_contents, HPUGraph))
     draws = [d for d, _ in g._rec.regens]
     state = torch.get_rng_state()

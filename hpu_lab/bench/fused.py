@@ -1,4 +1,4 @@
-"""Benchmark of the hpex fused kernels: ``python -m hpu_lab.bench_fused``.
+"""Benchmark of the hpex fused kernels: ``python -m hpu_lab.bench.fused``.
 
 Prints, in one run:
 - nodes in the lazy graph of one optimizer update / gradient clipping, fused vs torch's own;
@@ -129,7 +129,7 @@ def main(argv=None):
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--seq", type=int, default=512)
     ap.add_argument("--dim", type=int, default=64)
-    a = ap.parse_args(argv)
+    a = ap.parse_args([] if argv is None else argv)     # as a section of hpu_lab.bench: defaults
 
     print(f"hpex fused kernels: MLP of {a.layers} Linear layers ({2 * a.layers} parameters), width {a.width}")
     print(f"{'update':15s} {'nodes torch':>11s} {'(ops)':>6s} {'fused':>6s} {'(ops)':>6s} {'torch trace':>12s} "
@@ -154,4 +154,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+    main(sys.argv[1:])

@@ -1,17 +1,8 @@
-"""The project's benchmark: ``python -m hpu_lab.bench`` (or ``make bench``).
-
-Everything is measured in this one run and printed as ratios, so the figures compare like with
-like on whatever machine runs it. Sections:
-
-- lazy accumulation: host cost per op of a 40-op elementwise chain, hpu lazy mode vs plain eager
-  CPU vs PyTorch's own lazy tensor core (``torch._lazy`` with its TorchScript backend).
-- the other sections (HPU Graphs payoff, fused kernels, disk cache) live beside their features
-  and are run from here when present.
-"""
+"""Lazy accumulation: host cost per op of a 40-op elementwise chain, hpu lazy mode vs plain eager
+CPU vs PyTorch's own lazy tensor core (``torch._lazy`` with its TorchScript backend).
+``python -m hpu_lab.bench lazy`` runs it alone."""
 from __future__ import annotations
 
-import argparse
-import importlib
 import statistics
 import time
 
@@ -43,7 +34,7 @@ def _per_op_us(device: str, step_end, iters: int, repeats: int = 5, size=(64, 64
     return statistics.median(walls), statistics.median(cpus)
 
 
-def bench_lazy_accumulation(iters: int = 100) -> dict:
+def main(iters: int = 100) -> dict:
     import hpu_lab.core as htcore
     import torch._lazy
     import torch._lazy.ts_backend
@@ -83,30 +74,6 @@ def bench_lazy_accumulation(iters: int = 100) -> dict:
     print(f"hpu / eager CPU: wall {r['hpu lazy (mark_step)'][0] / r['eager CPU'][0]:.2f}x")
     r["ratio_wall"], r["ratio_cpu"], r["ratio_sync"] = ratio_w, ratio_c, ratio_s
     return r
-
-
-SECTIONS = {
-    "lazy": ("hpu_lab.bench", "bench_lazy_accumulation"),
-    "graphs": ("hpu_lab.bench_graphs", "main"),
-    "fused": ("hpu_lab.bench_fused", "main"),
-    "disk_cache": ("hpu_lab.disk_cache", "report"),
-}
-
-
-def main(argv=None) -> None:
-    import hpu_lab  # noqa: F401  (registers the device)
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("sections", nargs="*", default=list(SECTIONS), help=f"any of {', '.join(SECTIONS)}")
-    args = p.parse_args(argv)
-    print(f"hpu_lab benchmark — torch {torch.__version__}, {torch.get_num_threads()} threads")
-    for name in args.sections:
-        mod_name, fn_name = SECTIONS[name]
-        try:
-            mod = importlib.import_module(mod_name)
-        except ImportError as e:
-            print(f"\n== {name}: not available ({e}) ==")
-            continue
-        getattr(mod, fn_name)()
 
 
 if __name__ == "__main__":

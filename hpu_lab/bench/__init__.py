@@ -1,0 +1,42 @@
+"""The project's benchmark: ``python -m hpu_lab.bench`` (or ``make bench``).
+
+Everything is measured in this one run and printed as ratios, so the figures compare like with
+like on whatever machine runs it. One module a section, each runnable alone
+(``python -m hpu_lab.bench lazy graphs``, or ``python -m hpu_lab.bench.graphs --steps 10``):
+
+- lazy (accumulation.py): host cost per op of a 40-op elementwise chain, hpu lazy mode vs plain
+  eager CPU vs PyTorch's own lazy tensor core (``torch._lazy`` with its TorchScript backend).
+- graphs (graphs.py): the HPU Graphs payoff on seed 000's training step.
+- fused (fused.py): the hpex fused optimizers, clipping and attention.
+- disk_cache: cold vs warm start with the disk recipe cache (lives beside the feature).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+
+import torch
+
+SECTIONS = {
+    "lazy": ("hpu_lab.bench.accumulation", "main"),
+    "graphs": ("hpu_lab.bench.graphs", "main"),
+    "fused": ("hpu_lab.bench.fused", "main"),
+    "disk_cache": ("hpu_lab.disk_cache", "report"),
+}
+
+
+def main(argv=None) -> None:
+    import hpu_lab  # noqa: F401  (registers the device)
+    p = argparse.ArgumentParser(prog="python -m hpu_lab.bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("sections", nargs="*", default=list(SECTIONS), help=f"any of {', '.join(SECTIONS)}")
+    args = p.parse_args(argv)
+    print(f"hpu_lab benchmark — torch {torch.__version__}, {torch.get_num_threads()} threads")
+    for name in args.sections:
+        mod_name, fn_name = SECTIONS[name]
+        try:
+            mod = importlib.import_module(mod_name)
+        except ImportError as e:
+            print(f"\n== {name}: not available ({e}) ==")
+            continue
+        getattr(mod, fn_name)()
+
