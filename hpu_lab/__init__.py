@@ -32,21 +32,10 @@ from . import compile_backend as _compile_backend  # noqa: E402
 _compile_backend.install()  # torch.compile(backend="hpu_backend"), registered when dynamo loads
 from . import distributed as _distributed  # noqa: E402,F401  # init_process_group("hccl") (REFERENCE 7)
 
+from . import _disk_hooks  # noqa: E402
 
-def _disk_lookup(key, nodes, externals, outs, site):
-    # PT_HPU_RECIPE_CACHE_CONFIG: recipes shared across processes (seed 003, disk_cache.py);
-    # imported on first use so that `python -m hpu_lab.disk_cache` runs a fresh module
-    from .disk_cache import lookup
-    return lookup(key, nodes, externals, outs, site)
-
-
-def _disk_store(recipe):
-    from .disk_cache import store
-    store(recipe)
-
-
-_lazy._lookup_hooks.append(_disk_lookup)
-_lazy._compile_hooks.append(_disk_store)
+_lazy._lookup_hooks.append(_disk_hooks.lookup)      # recipes shared across processes (seed 003)
+_lazy._compile_hooks.append(_disk_hooks.store)
 
 from .tensor import HPUTensor  # noqa: E402,F401
 

@@ -367,8 +367,19 @@ def _register(registry) -> None:
         registry.register_backend(hpu_backend, name="hpu_backend")
 
 
+# hpu_lab's modules that hold user code (seed 000's Net and loops): dynamo traces them like the
+# user's own, so a torch.compile'd examples.Net compiles instead of silently running eagerly
+USER_CODE = {"examples"}
+
+
 def _skip_runtime(trace_rules) -> None:
-    trace_rules.add("hpu_lab")       # dynamo must not trace the runtime itself (graph breaks run it)
+    """dynamo must not trace the runtime itself (graph breaks run it): every module of hpu_lab but
+    USER_CODE is skipped (skipping the package's folder would skip the examples too)."""
+    import pkgutil
+    pkg = sys.modules[__package__]
+    for m in pkgutil.iter_modules(pkg.__path__):
+        if m.name not in USER_CODE:
+            trace_rules.add(f"{__package__}.{m.name}")
 
 
 _ON_IMPORT = {"torch._dynamo.trace_rules": _skip_runtime, "torch._dynamo.backends.registry": _register}

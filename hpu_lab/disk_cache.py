@@ -17,7 +17,7 @@ background thread serializes it and evicts, so graph launch is not delayed.
   successfully. Disk cache size after removal: <size>".
 - ``delete=true`` clears the folder when the process first uses it.
 
-``hpu_lab/__init__.py`` installs the two hooks (importing this module on first use, so that
+``hpu_lab/_disk_hooks.py`` holds the two hooks (importing this module on first use, so that
 ``python -m hpu_lab.disk_cache --measure``, which times a cold and a warm start of seed 000's
 training step, runs it as a fresh module).
 """
@@ -346,31 +346,14 @@ def flush_writes() -> None:
 def _training_steps(steps: int = 3) -> dict:
     """Seed 000's MNIST MLP training loop in lazy mode; what compiling cost this process."""
     import json
-    import torch.nn.functional as F
-    from . import core as htcore
-
-    class Net(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.fc1, self.fc2 = torch.nn.Linear(784, 128), torch.nn.Linear(128, 10)
-            self.dropout = torch.nn.Dropout(0.5)
-
-        def forward(self, x):
-            x = self.dropout(F.relu(self.fc1(torch.flatten(x, 1))))
-            return F.log_softmax(self.fc2(x), dim=1)
+    from .examples import Net, train_step
 
     torch.manual_seed(0)
     model = Net().to("hpu")
     opt = torch.optim.Adadelta(model.parameters(), lr=0.1)
     with ev.Collector() as c:
         for _ in range(steps):
-            data, target = torch.randn(200, 1, 28, 28), torch.randint(0, 10, (200,))
-            loss = F.nll_loss(model(data.to("hpu")), target.to("hpu"))
-            opt.zero_grad()
-            loss.backward()
-            htcore.mark_step()
-            opt.step()
-            htcore.mark_step()
+            loss = train_step(model, opt, torch.randn(200, 1, 28, 28), torch.randint(0, 10, (200,)))
         final = loss.item()
     flush_writes()
     disk = [e for e in c.of(ev.CacheLookup) if e.source == "disk" and e.hit]

@@ -28,7 +28,3 @@ def collect():
     """Collect every event emitted during the test: ``collect.of(events.Compile)``."""
     with events.Collector() as c:
         yield c
-
-
-def counts(name):
-    return dict(metrics.metric_global(name).stats())

@@ -6,27 +6,12 @@ import torch.nn.functional as F
 
 import hpu_lab  # noqa: F401  (registers hpu_backend)
 from hpu_lab import config, events as ev, lazy
+from hpu_lab.examples import Net         # seed 000's MNIST model
 from hpu_lab.tensor import HPUTensor
 
-from conftest import counts
+from helpers import counts
 
 torch._dynamo = pytest.importorskip("torch._dynamo")
-
-
-class Net(nn.Module):                     # seed 000's MNIST model
-    def __init__(self):
-        super().__init__()
-        self.fc1 = nn.Linear(784, 128)
-        self.fc2 = nn.Linear(128, 10)
-        self.dropout = nn.Dropout(0.5)
-
-    def forward(self, x):
-        x = torch.flatten(x, 1)
-        x = self.fc1(x)
-        x = F.relu(x)
-        x = self.dropout(x)
-        x = self.fc2(x)
-        return F.log_softmax(x, dim=1)
 
 
 @pytest.fixture(autouse=True)

@@ -1,14 +1,13 @@
 """Lazy mode: ops accumulate; mark_step or a value access runs them; recipes are cached."""
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 
 import hpu_lab  # noqa: F401
 import hpu_lab.core as htcore
 from hpu_lab import events as ev
 from hpu_lab import lazy
+from hpu_lab.examples import Net, train_step      # seed 000
 
-from conftest import counts
+from helpers import counts
 
 
 def test_no_device_work_before_mark_step(collect):
@@ -71,32 +70,6 @@ def test_mark_step_sync_iter_mark_step_and_step_closures(collect):
     z = x * 5
     next(steps)
     assert len(lazy.S.pg) == 0 and z.tolist() == [10.0] * 3
-
-
-class Net(nn.Module):
-    """The MLP of seed 000."""
-
-    def __init__(self):
-        super().__init__()
-        self.fc1 = nn.Linear(784, 128)
-        self.fc2 = nn.Linear(128, 10)
-        self.dropout = nn.Dropout(0.5)
-
-    def forward(self, x):
-        x = torch.flatten(x, 1)
-        x = F.relu(self.fc1(x))
-        x = self.dropout(x)
-        return F.log_softmax(self.fc2(x), dim=1)
-
-
-def train_step(model, opt, data, target):
-    loss = F.nll_loss(model(data), target)
-    loss.backward()
-    htcore.mark_step()
-    opt.step()
-    opt.zero_grad()
-    htcore.mark_step()
-    return loss
 
 
 def test_training_step_compiles_a_fixed_number_of_recipes_then_only_hits(collect):   # claim T8

@@ -1,27 +1,11 @@
 """The seed-000 MLP trained on "hpu" gives the numbers of the same loop on CPU."""
 import pytest
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
 import hpu_lab  # noqa: F401
 import hpu_lab.core as htcore
-
-
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc1 = nn.Linear(784, 128)
-        self.fc2 = nn.Linear(128, 10)
-        self.dropout = nn.Dropout(0.5)
-
-    def forward(self, x):
-        x = torch.flatten(x, 1)
-        x = self.fc1(x)
-        x = F.relu(x)
-        x = self.dropout(x)
-        x = self.fc2(x)
-        return F.log_softmax(x, dim=1)
+from hpu_lab.examples import Net, train_step      # seed 000
 
 
 def train(device, opt_cls, steps=20, **opt_kw):
@@ -34,14 +18,7 @@ def train(device, opt_cls, steps=20, **opt_kw):
     losses = []
     for i in range(steps):
         data, target = batches[i % 4]                  # a small set seen again: loss must fall
-        data, target = data.to(device), target.to(device)
-        loss = F.nll_loss(model(data), target)
-        loss.backward()
-        htcore.mark_step()
-        opt.step()
-        opt.zero_grad()
-        htcore.mark_step()
-        losses.append(loss)
+        losses.append(train_step(model, opt, data, target, device))
     return [l.item() for l in losses], [p.detach().cpu() for p in model.parameters()]
 
 

@@ -13,7 +13,7 @@ import hpu_lab
 import hpu_lab.core as htcore
 from hpu_lab import config, disk_cache, events as ev, lazy
 
-from conftest import counts
+from helpers import counts
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -9,7 +9,7 @@ import hpu_lab
 import hpu_lab.core as htcore
 from hpu_lab import config, events as ev, lazy
 
-from conftest import counts
+from helpers import counts
 
 
 def _chain(x, w):

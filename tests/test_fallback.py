@@ -10,7 +10,7 @@ import hpu_lab
 import hpu_lab.core as htcore
 from hpu_lab import config, events as ev, fallback, lazy
 
-from conftest import counts
+from helpers import counts
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

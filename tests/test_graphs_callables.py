@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 import hpu_lab.core as htcore
 from hpu_lab import events as ev
+from hpu_lab.examples import train
 from hpu_lab.graphs import HPUGraphError
 
 TRACING = (ev.OpAccumulated, ev.GraphBuilt, ev.CacheLookup, ev.Compile)
@@ -19,17 +20,7 @@ def _mlp(seed=0, dropout=0.5):
 
 
 def _train(model, opt, batches, device, set_to_none=True):
-    losses = []
-    for xb, tb in batches:
-        xb, tb = xb.to(device), tb.to(device)
-        opt.zero_grad(set_to_none=set_to_none)
-        loss = F.cross_entropy(model(xb), tb)
-        loss.backward()
-        htcore.mark_step()
-        opt.step()
-        htcore.mark_step()
-        losses.append(loss.item())
-    return losses
+    return train(model, opt, batches, device, F.cross_entropy, set_to_none)
 
 
 def _batches(n, seed=1):

@@ -7,6 +7,7 @@ import torch.nn.functional as F
 import hpu_lab.core as htcore
 from hpu_lab import events as ev
 from hpu_lab import lazy
+from hpu_lab.examples import capture_train_step
 from hpu_lab.graphs import HPUGraph, HPUGraphError
 
 TRACING = (ev.OpAccumulated, ev.GraphBuilt, ev.CacheLookup, ev.Compile)
@@ -128,22 +129,9 @@ def _train_capture_replay(device, steps, seed=0):
             opt.step()
             losses.append(loss.item())
         return losses, [p.detach() for p in model.parameters()]
-    s = torch.hpu.Stream()
-    with torch.hpu.stream(s):
-        for _ in range(3):
-            opt.zero_grad(set_to_none=True)
-            F.cross_entropy(model(static_x), static_t).backward()
-            opt.step()
-    g = HPUGraph()
-    opt.zero_grad(set_to_none=True)
-    with torch.hpu.graph(g):
-        static_loss = F.cross_entropy(model(static_x), static_t)
-        static_loss.backward()
-        opt.step()
+    step, _, static_loss = capture_train_step(model, opt, static_x, static_t, F.cross_entropy)
     for xb, tb in data:
-        static_x.copy_(xb)
-        static_t.copy_(tb)
-        g.replay()
+        step(xb, tb)
         losses.append(static_loss.item())
     return losses, [p.detach().cpu() for p in model.parameters()]
 

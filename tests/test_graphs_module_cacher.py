@@ -4,9 +4,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-import hpu_lab.core as htcore
 from hpu_lab import config
 from hpu_lab import events as ev
+from hpu_lab.examples import train
 
 
 class Net(nn.Module):
@@ -93,17 +93,7 @@ def test_inplace_false_leaves_the_model_alone():
 
 
 def _train(model, opt, batches, device):
-    losses = []
-    for xb, tb in batches:
-        xb, tb = xb.to(device), tb.to(device)
-        opt.zero_grad()
-        loss = F.cross_entropy(model(xb), tb)
-        loss.backward()
-        htcore.mark_step()
-        opt.step()
-        htcore.mark_step()
-        losses.append(loss.item())
-    return losses
+    return train(model, opt, batches, device, F.cross_entropy)
 
 
 def test_last_batch_of_another_shape_is_one_more_graph_and_training_equals_cpu():

@@ -16,6 +16,7 @@ every mode, replay included, pays for that draw in host time.
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import os
 import statistics
@@ -26,24 +27,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..examples import Net, capture_train_step, train_step
+
 SEED_HOST_MS = {"lazy": 4.8, "make_graphed_callables": 3.9, "capture/replay": 1.3}
 BATCH = 200
-
-
-class Net(nn.Module):
-    """The seed's model."""
-
-    def __init__(self):
-        super().__init__()
-        self.fc1 = nn.Linear(784, 128)
-        self.fc2 = nn.Linear(128, 10)
-        self.dropout = nn.Dropout(0.5)
-
-    def forward(self, x):
-        x = torch.flatten(x, 1)
-        x = F.relu(self.fc1(x))
-        x = self.dropout(x)
-        return F.log_softmax(self.fc2(x), dim=1)
 
 
 # ---- host time: CPU time of the framework's threads (autograd runs backward on its own thread)
@@ -83,8 +70,7 @@ def host_cpu_ns() -> int:
 # ---- the five ways of running one training step
 
 def _setup(mode: str):
-    """(step function taking a CPU batch, end-of-run sync) for ``mode``."""
-    import hpu_lab.core as htcore
+    """A step function taking a CPU batch, for ``mode``."""
     torch.manual_seed(0)
     dev = "cpu" if mode == "eager CPU" else "hpu"
     model = Net().to(dev)
@@ -92,38 +78,14 @@ def _setup(mode: str):
     if mode == "capture/replay":
         static_x = torch.randn(BATCH, 1, 28, 28, device="hpu")
         static_t = torch.randint(0, 10, (BATCH,), device="hpu")
-        with torch.hpu.stream(torch.hpu.Stream()):
-            for _ in range(3):
-                opt.zero_grad(set_to_none=True)
-                F.nll_loss(model(static_x), static_t).backward()
-                opt.step()
-        g = torch.hpu.HPUGraph()
-        opt.zero_grad(set_to_none=True)
-        with torch.hpu.graph(g):
-            static_loss = F.nll_loss(model(static_x), static_t)
-            static_loss.backward()
-            opt.step()
-
-        def step(x, t):
-            static_x.copy_(x)
-            static_t.copy_(t)
-            g.replay()
+        step, graph, _ = capture_train_step(model, opt, static_x, static_t)
+        step.graph = graph                    # for _host_rng_ms: the draws each replay redoes
         return step
-
     if mode == "make_graphed_callables":
         model = torch.hpu.make_graphed_callables(model, (torch.randn(BATCH, 1, 28, 28, device="hpu"),))
     elif mode == "ModuleCacher":
         torch.hpu.ModuleCacher(max_graphs=10)(model=model, inplace=True)
-
-    def step(x, t):
-        x, t = x.to(dev), t.to(dev)
-        opt.zero_grad(set_to_none=True)
-        loss = F.nll_loss(model(x), t)
-        loss.backward()
-        htcore.mark_step()
-        opt.step()
-        htcore.mark_step()
-    return step
+    return functools.partial(train_step, model, opt, device=dev)
 
 
 MODES = ["lazy", "make_graphed_callables", "ModuleCacher", "capture/replay", "eager CPU"]
@@ -179,9 +141,7 @@ def measure(steps: int = 40, rounds: int = 5, warmup: int = 5) -> dict:
 def _host_rng_ms(replay_step, n) -> float:
     """Host time per step of drawing the dropout noise (the replay redraws exactly what lazy mode
     draws: the same host op, from torch's default generator)."""
-    from ..graphs import HPUGraph
-    g = next(c.cell_contents for c in replay_step.__closure__ if isinstance(c.cell_contents, HPUGraph))
-    draws = [d for d, _ in g._rec.regens]
+    draws = [d for d, _ in replay_step.graph._rec.regens]
     state = torch.get_rng_state()
     h0 = host_cpu_ns()
     for _ in range(n):
@@ -223,7 +183,6 @@ def report(r: dict) -> dict:
 
 def measure_device_bound(steps: int = 6, rounds: int = 3) -> dict:
     """Claim G10: when the device is the bottleneck, replay saves host time but not wall time."""
-    import hpu_lab.core as htcore
     torch.manual_seed(0)
     x, t = torch.randn(256, 784), torch.randint(0, 10, (256,))
     out = {}
@@ -232,24 +191,10 @@ def measure_device_bound(steps: int = 6, rounds: int = 3) -> dict:
                               nn.Linear(1024, 10)).to("hpu")
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
         if mode == "lazy":
-            def step():
-                opt.zero_grad(set_to_none=True)
-                F.cross_entropy(model(x.to("hpu")), t.to("hpu")).backward()
-                htcore.mark_step()
-                opt.step()
-                htcore.mark_step()
+            step = functools.partial(train_step, model, opt, x, t, loss_fn=F.cross_entropy)
         else:
-            sx, st = x.to("hpu"), t.to("hpu")
-            g = torch.hpu.HPUGraph()
-            opt.zero_grad(set_to_none=True)
-            with torch.hpu.graph(g):
-                F.cross_entropy(model(sx), st).backward()
-                opt.step()
-
-            def step():
-                sx.copy_(x)
-                st.copy_(t)
-                g.replay()
+            replay = capture_train_step(model, opt, x.to("hpu"), t.to("hpu"), F.cross_entropy, warmup=0)[0]
+            step = functools.partial(replay, x, t)
         for _ in range(2):
             step()
         walls, hosts = [], []
