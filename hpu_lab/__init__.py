@@ -40,3 +40,7 @@ _lazy._compile_hooks.append(_disk_hooks.store)
 from .tensor import HPUTensor  # noqa: E402,F401
 
 __version__ = "0.1.0"
+
+from . import warmup as _warmup  # noqa: E402
+
+_warmup.start()     # torch's modules the first op needs, imported in the background (warmup.py)

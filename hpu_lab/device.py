@@ -7,11 +7,9 @@ hpu_lab's hpu module (as ``habana_frameworks.torch.core`` does with
 """
 from __future__ import annotations
 
-import importlib
-
 import torch
 
-from . import lazy, ops
+from . import lazy, ops, warmup
 from .tensor import HPU, Inp, new_storage_tensor
 
 aten = torch.ops.aten
@@ -39,6 +37,7 @@ class _Guard(torch._C._acc.DeviceGuard):
 def _factory(func):
     """A PrivateUse1 kernel for a factory op: a lazy node, or a fresh device buffer for empty."""
     def kernel(*args, **kwargs):
+        warmup.wait()                        # the first op on the new tensor needs what it imports
         kwargs = dict(kwargs)
         kwargs["device"] = HPU
         kwargs.pop("pin_memory", None)
@@ -63,6 +62,7 @@ def _empty_memory_format(size, *, dtype=None, layout=None, device=None, pin_memo
 def _empty_buffer(size, stride, dtype):
     """Uninitialised device memory: no graph node; host memory is only allocated if it is read
     before being overwritten (``torch.empty(...).to`` writes it whole, the common case)."""
+    warmup.wait()                            # the first op on the new tensor needs what it imports
     return new_storage_tensor(size, stride, dtype, Inp(None, (size, stride, dtype)))
 
 
@@ -108,10 +108,3 @@ def register() -> None:
         _lib.impl(f._schema.name.split("::")[1] + ("." + f._overloadname if f._overloadname != "default" else ""),
                   _factory(f), "PrivateUse1")
     _registered = True
-    # torch imports torch.distributed.tensor (sympy and more, ~1.4 s) from C++ the first time an op
-    # reaches a wrapper subclass: do it now, so that the first model.to("hpu") of a lesson is not a
-    # second-long blank in its timeline
-    try:
-        importlib.import_module("torch.distributed.tensor")
-    except Exception:  # a torch built without distributed
-        pass

@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Tuple
 
+from . import warmup
+
 now = time.perf_counter_ns
 
 
@@ -240,7 +242,15 @@ class Recorder:
 
 
 recorder = Recorder()
-subscribe = recorder.subscribe
+
+
+def subscribe(fn: Observer, kinds=None) -> Handle:
+    """Call ``fn(event)`` for each event (of ``kinds`` only, if given). A recording starts only once
+    the background warm-up (warmup.py) is over: torch's import would be a blank second in it."""
+    warmup.wait()
+    return recorder.subscribe(fn, kinds)
+
+
 wants = recorder.wants
 emit = recorder.emit
 

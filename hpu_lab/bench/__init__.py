@@ -4,6 +4,7 @@ Everything is measured in this one run and printed as ratios, so the figures com
 like on whatever machine runs it. One module a section, each runnable alone
 (``python -m hpu_lab.bench lazy graphs``, or ``python -m hpu_lab.bench.graphs --steps 10``):
 
+- imports (imports.py): fresh-process time of ``import torch`` and of ``import hpu_lab`` on top.
 - lazy (accumulation.py): host cost per op of a 40-op elementwise chain, hpu lazy mode vs plain
   eager CPU vs PyTorch's own lazy tensor core (``torch._lazy`` with its TorchScript backend).
 - graphs (graphs.py): the HPU Graphs payoff on seed 000's training step.
@@ -18,6 +19,7 @@ import importlib
 import torch
 
 SECTIONS = {
+    "imports": ("hpu_lab.bench.imports", "main"),
     "lazy": ("hpu_lab.bench.accumulation", "main"),
     "graphs": ("hpu_lab.bench.graphs", "main"),
     "fused": ("hpu_lab.bench.fused", "main"),

@@ -1,0 +1,76 @@
+"""``import hpu_lab`` stays light: torch's heavy packages are imported by the background warm-up
+(hpu_lab/warmup.py), never by the import itself nor by the first ops (which would stall them).
+Facts about which thread imported which module, in a fresh process; no wall time."""
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# what the warm-up imports (the first op needs them)
+WARMED = ["torch.distributed.tensor", "torch._dynamo", "sympy"]
+# what nothing in an import and a first training step needs
+NEVER = ["torch._inductor.compile_fx", "matplotlib", "ipywidgets", "networkx", "IPython", "jupyter_client",
+         "widgets", "hpu_lab.bench", "hpu_lab.examples"]
+
+PROBE = """
+import json, sys, threading
+WATCH = set(json.loads(sys.argv[1]))
+phase = ["torch"]
+seen = {}
+
+class Spy:                       # records who looks for a watched module first, and when
+    def find_spec(self, name, path=None, target=None):
+        if name in WATCH and name not in seen:
+            seen[name] = [phase[0], threading.current_thread().name]
+        return None
+
+sys.meta_path.insert(0, Spy())
+import torch
+phase[0] = "import hpu_lab"
+import hpu_lab
+phase[0] = "after import"
+hpu_lab.warmup.wait()
+phase[0] = "first ops"
+import torch.nn.functional as F
+model = torch.nn.Linear(4, 3).to("hpu")
+x = torch.randn(2, 4).to("hpu")
+F.cross_entropy(model(x), torch.tensor([0, 2]).to("hpu")).backward()
+y = (x * 2 + 1).relu().cpu()
+torch.hpu.synchronize()
+print(json.dumps({"seen": seen, "loaded": [n for n in WATCH if n in sys.modules]}))
+"""
+
+
+def _run_probe():
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-c", PROBE, json.dumps(WARMED + NEVER)], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_import_and_first_ops_leave_heavy_modules_to_the_warm_up_thread():
+    r = _run_probe()
+    seen, loaded = r["seen"], r["loaded"]
+    for name in WARMED:               # imported, and by the warm-up thread
+        assert name in loaded and seen[name][1] == "hpu_lab-warmup", (name, seen.get(name))
+    assert not set(NEVER) & set(loaded), loaded
+    # nothing heavy is imported by the user's thread: not by the import, not by the first ops
+    assert not [n for n, (_, thread) in seen.items() if thread == "MainThread"], seen
+
+
+def test_fork_waits_for_the_warm_up():
+    """A child forked right after the import does not inherit half-held import locks: it can import."""
+    code = ("import os, sys, torch, hpu_lab\n"
+            "pid = os.fork()\n"
+            "if pid == 0:\n"
+            "    import torch._dynamo, torch.distributed.tensor\n"
+            "    os._exit(0 if hpu_lab.warmup._thread is None else 3)\n"
+            "_, status = os.waitpid(pid, 0)\n"
+            "sys.exit(os.waitstatus_to_exitcode(status))\n")
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", "-c", code], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
