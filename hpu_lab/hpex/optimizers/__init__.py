@@ -94,7 +94,32 @@ def _collect(group, name):
 
 # ---------------------------------------------------------------- the optimizers
 
-class FusedAdamW(Optimizer):
+class _FusedOptimizer(Optimizer):
+    """The step the fused optimizers share: for each parameter group, a mark_step before (lazy
+    mode), its parameters with gradients, ``_update(group, params, grads)`` (one fused op), and a
+    mark_step after all groups."""
+
+    def _update(self, group, params, grads) -> None:
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        touched = []
+        for group in self.param_groups:
+            mark_step_if_lazy(group["params"])
+            params, grads = _collect(group, type(self).__name__)
+            if params:
+                self._update(group, params, grads)
+                touched += params
+        mark_step_if_lazy(touched)
+        return loss
+
+
+class FusedAdamW(_FusedOptimizer):
     """AdamW as one fused op per parameter group. Default eps is 1e-6 (torch's AdamW: 1e-8)."""
 
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-6,
@@ -110,41 +135,27 @@ class FusedAdamW(Optimizer):
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
                                       bias_correction=bias_correction))
 
-    @torch.no_grad()
-    def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        touched = []
-        for group in self.param_groups:
-            mark_step_if_lazy(group["params"])
-            params, grads = _collect(group, "FusedAdamW")
-            if not params:
-                continue
-            exp_avgs, exp_avg_sqs = [], []
-            for p in params:
-                state = self.state[p]
-                if not state:
-                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                exp_avgs.append(state["exp_avg"])
-                exp_avg_sqs.append(state["exp_avg_sq"])
-            group["step"] = step = group.get("step", 0) + 1
-            beta1, beta2 = group["betas"]
-            lr, wd = group["lr"], group["weight_decay"]
-            # torch's formulas, in the same double-precision host arithmetic
-            bc1 = 1 - beta1 ** step if group["bias_correction"] else 1.0
-            bc2 = 1 - beta2 ** step if group["bias_correction"] else 1.0
-            scalars = _scalar_tensor([lr / bc1, bc2 ** 0.5, 1 - lr * wd], params[0])
-            torch.ops.hpu_lab.optimizer_adamw_(params, exp_avgs, exp_avg_sqs, grads, scalars,
-                                               float(beta1), float(beta2), float(group["eps"]), wd != 0)
-            touched += params
-        mark_step_if_lazy(touched)
-        return loss
+    def _update(self, group, params, grads) -> None:
+        exp_avgs, exp_avg_sqs = [], []
+        for p in params:
+            state = self.state[p]
+            if not state:
+                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            exp_avgs.append(state["exp_avg"])
+            exp_avg_sqs.append(state["exp_avg_sq"])
+        group["step"] = step = group.get("step", 0) + 1
+        beta1, beta2 = group["betas"]
+        lr, wd = group["lr"], group["weight_decay"]
+        # torch's formulas, in the same double-precision host arithmetic
+        bc1 = 1 - beta1 ** step if group["bias_correction"] else 1.0
+        bc2 = 1 - beta2 ** step if group["bias_correction"] else 1.0
+        scalars = _scalar_tensor([lr / bc1, bc2 ** 0.5, 1 - lr * wd], params[0])
+        torch.ops.hpu_lab.optimizer_adamw_(params, exp_avgs, exp_avg_sqs, grads, scalars,
+                                           float(beta1), float(beta2), float(group["eps"]), wd != 0)
 
 
-class FusedSGD(Optimizer):
+class FusedSGD(_FusedOptimizer):
     """SGD (momentum, dampening, nesterov, weight decay) as one fused op per parameter group."""
 
     def __init__(self, params, lr=required, momentum: float = 0, weight_decay: float = 0,
@@ -162,33 +173,18 @@ class FusedSGD(Optimizer):
         super().__init__(params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay,
                                       dampening=dampening, nesterov=nesterov))
 
-    @torch.no_grad()
-    def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        touched = []
-        for group in self.param_groups:
-            mark_step_if_lazy(group["params"])
-            params, grads = _collect(group, "FusedSGD")
-            if not params:
-                continue
-            lr = _scalar_tensor(float(group["lr"]), params[0])
-            wd, momentum = float(group["weight_decay"]), float(group["momentum"])
-            if momentum == 0:
-                torch.ops.hpu_lab.optimizer_sgd_(params, grads, lr, wd)
-            else:
-                bufs, first = [], []
-                for p in params:
-                    state = self.state[p]
-                    first.append("momentum_buffer" not in state)
-                    if first[-1]:
-                        state["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                    bufs.append(state["momentum_buffer"])
-                torch.ops.hpu_lab.optimizer_sgd_momentum_(params, bufs, grads, lr, wd, momentum,
-                                                          float(group["dampening"]),
-                                                          bool(group["nesterov"]), first)
-            touched += params
-        mark_step_if_lazy(touched)
-        return loss
+    def _update(self, group, params, grads) -> None:
+        lr = _scalar_tensor(float(group["lr"]), params[0])
+        wd, momentum = float(group["weight_decay"]), float(group["momentum"])
+        if momentum == 0:
+            torch.ops.hpu_lab.optimizer_sgd_(params, grads, lr, wd)
+            return
+        bufs, first = [], []
+        for p in params:
+            state = self.state[p]
+            first.append("momentum_buffer" not in state)
+            if first[-1]:
+                state["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            bufs.append(state["momentum_buffer"])
+        torch.ops.hpu_lab.optimizer_sgd_momentum_(params, bufs, grads, lr, wd, momentum,
+                                                  float(group["dampening"]), bool(group["nesterov"]), first)
