@@ -2,6 +2,8 @@
 #   make lab    set everything up, then open JupyterLab on notebooks/  (PORT=..., IP=... optional)
 #   make test   set everything up, then run the whole test suite (pytest, nbval, browser test)
 #   make bench  set everything up, then run the benchmark
+#   make notebooks  run every notebook from its source (notebooks/NN_*.py) and store its outputs
+#                   (NB=02 or NB="02 05": only these)
 # Set-up is idempotent and works on a fresh machine: a venv in .venv, torch==2.13.0 (CPU build)
 # installed FIRST -- a bare `torch` requirement resolved with no torch present can pull a multi-GB
 # CUDA build -- then this package, editable, with its lab and test extras. It is redone when
@@ -17,7 +19,7 @@ RUN    := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" VIRTUAL_ENV="$(CURDIR)/$(VENV)"
 # Extra pytest arguments, e.g. make test PYTEST_ARGS='-m "not browser" -x'
 PYTEST_ARGS ?=
 
-.PHONY: help setup lab test bench chromium FORCE
+.PHONY: help setup lab test bench notebooks chromium FORCE
 FORCE:
 .DEFAULT_GOAL := help
 
@@ -25,6 +27,7 @@ help:
 	@echo "make lab    set up, then open JupyterLab on notebooks/ (optional PORT=8888 IP=127.0.0.1)"
 	@echo "make test   set up, then run pytest on tests/ (browser test included) and nbval on notebooks/"
 	@echo "make bench  set up, then run python -m hpu_lab.bench"
+	@echo "make notebooks  set up, then run the notebooks from their .py sources into the .ipynb (NB=02 for one)"
 
 setup: $(VENV)/.installed chromium
 
@@ -79,3 +82,8 @@ test: setup
 
 bench: setup
 	$(RUN) $(PY) -m hpu_lab.bench
+
+# The notebooks' sources are notebooks/NN_*.py (jupytext percent format); this runs them in order
+# with nbclient and writes each NN_*.ipynb with its outputs (no widget state: static pictures).
+notebooks: $(VENV)/.installed
+	$(RUN) $(PY) notebooks/run_notebooks.py $(NB)

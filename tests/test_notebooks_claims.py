@@ -91,7 +91,7 @@ def test_claim_is_demonstrated(claim):
     assert claim in ids
     cells = _tagged_cells().get(claim, [])
     assert cells, (f"claim {claim} of CLAIMS.md is not demonstrated: no notebook code cell has '# claim {claim}' "
-                   f"(see notebooks/build_notebooks.py)")
+                   f"(the notebook sources are notebooks/NN_*.py)")
     assert any(re.search(r"^\s*assert\b", src, re.MULTILINE) for _, src in cells), (
         f"claim {claim}: cells tagged in {sorted({nb for nb, _ in cells})} never assert the observable")
 
@@ -127,7 +127,7 @@ def test_notebook_was_run_and_stored(path):
     nb = _load(path)
     code = [c for c in nb["cells"] if c["cell_type"] == "code"]
     not_run = [i for i, c in enumerate(code) if c.get("execution_count") is None]
-    assert not not_run, f"code cells {not_run} have no stored outputs: run notebooks/build_notebooks.py"
+    assert not not_run, f"code cells {not_run} have no stored outputs: run them with `make notebooks`"
     errors = [(i, o.get("ename")) for i, c in enumerate(code) for o in c.get("outputs", [])
               if o.get("output_type") == "error" and "NBVAL_RAISES_EXCEPTION" not in _source(c)]
     assert not errors, f"stored error outputs: {errors}"

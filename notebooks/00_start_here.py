@@ -1,0 +1,298 @@
+# %% [markdown]
+# # Start here: train on a Gaudi that isn't there
+#
+# This lab runs code written for Intel Gaudi's PyTorch stack (the `hpu` device) on an ordinary CPU,
+# and shows you what the real stack does with it: ops piling up into graphs, graphs compiling into
+# *recipes*, recipes being reused, the host and the device working at the same time. Every number and
+# picture comes from what the emulator (`hpu_lab`) really did while your cell ran.
+#
+# **What you'll do**
+# - move the MNIST model of the Gaudi documents to the `hpu` device and train it for one epoch;
+# - do it three ways — eager, lazy (the default) and HPU Graph replay — and compare them;
+# - read the live panel that records each experiment.
+#
+# **What you'll learn**
+# - how to open any experiment's *Graph*, *Timeline*, *Recompiles*, *Metrics* and *Advice*;
+# - the vocabulary of the other notebooks: op, graph, `mark_step`, recipe, compile, launch, sync.
+#
+# **What you'll need**
+# - this repository set up with `make lab` (no Gaudi, no GPU, no download: the digits ship with scikit-learn);
+# - about a minute of CPU time for the whole notebook.
+
+# %% [markdown]
+# ## 1. Import hpu_lab and find the `hpu` device
+#
+# Importing `hpu_lab` registers the device; `hpu_lab.core` plays `habana_frameworks.torch.core`.
+
+# %%
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import hpu_lab                        # registers the "hpu" device with PyTorch
+import hpu_lab.core as htcore         # mark_step(), as habana_frameworks.torch.core
+from hpu_lab import events as ev      # what the emulated device did, as events
+from hpu_lab.metrics import metric_global
+from collections import Counter
+import matplotlib.pyplot as plt
+from hpu_lab.data import MNISTLike
+import widgets                        # the panel and other views (reads the events)
+# %load_ext widgets
+torch.manual_seed(0)                  # every run of the notebook draws the same numbers
+print("torch", torch.__version__, "| hpu_lab", hpu_lab.__version__)
+
+# %% [markdown]
+# The device answers like the real one would:
+
+# %%
+print(torch.hpu.is_available(), torch.hpu.device_count(), torch.hpu.get_device_name())
+
+# %% [markdown]
+# A tensor on `hpu` behaves like any PyTorch tensor; printing it brings its values back to the host.
+
+# %%
+x = torch.arange(6.0, device="hpu").reshape(2, 3)
+y = x * 2 + 1
+print(y)
+assert y.device.type == "hpu"
+assert torch.equal(y.cpu(), torch.arange(6.0).reshape(2, 3) * 2 + 1)   # same numbers as plain CPU PyTorch
+
+# %% [markdown]
+# The Gaudi documents import `habana_frameworks`; one call makes those imports resolve to hpu_lab, so their code runs unchanged (`python -m hpu_lab run script.py` does the same for a script).
+
+# %%
+import hpu_lab.compat
+hpu_lab.compat.enable_habana_imports()
+import habana_frameworks.torch.core as htcore_real_name
+assert htcore_real_name is htcore
+
+# %% [markdown]
+# ## 2. Get MNIST-shaped data without downloading
+#
+# `MNISTLike` gives 28x28 handwritten digits normalised like torchvision's MNIST: 1600 for training.
+
+# %%
+train_set = MNISTLike(train=True)
+image, label = train_set[0]
+print(len(train_set), tuple(image.shape), image.dtype, type(label).__name__)
+assert len(train_set) % 200 == 0          # batch 200 divides it: every batch has the same shape
+
+# %% [markdown]
+# Eight of them, as a learner should always look at the data first:
+
+# %%
+fig, axes = plt.subplots(1, 8, figsize=(8, 1.3))
+for ax, i in zip(axes, range(8)):
+    img, lab = train_set[i]
+    ax.imshow(img[0], cmap="gray"); ax.set_title(int(lab)); ax.axis("off")
+plt.show()
+
+
+# %% [markdown]
+# ## 3. Build the documents' model and move it to `hpu`
+#
+# This is seed 000's `Net`, a two-layer MLP; `.to("hpu")` puts its weights in (emulated) device memory.
+
+# %%
+class Net(nn.Module):                 # the model of seed 000, verbatim
+    def __init__(self):
+        super(Net, self).__init__()
+        self.fc1 = nn.Linear(784, 128)
+        self.fc2 = nn.Linear(128, 10)
+        self.dropout = nn.Dropout(0.5)
+
+    def forward(self, x):
+        x = torch.flatten(x, 1)
+        x = self.fc1(x)
+        x = F.relu(x)
+        x = self.dropout(x)
+        x = self.fc2(x)
+        output = F.log_softmax(x, dim=1)
+        return output
+
+device = torch.device("hpu")
+train_loader = torch.utils.data.DataLoader(train_set, batch_size=200)
+print(len(train_loader), "batches of 200")
+
+
+# %% [markdown]
+# The training loop of seed 000, with the two `mark_step` calls lazy mode needs (more on them in notebook 02):
+
+# %%
+def train(model, device, train_loader, optimizer):
+    model.train()
+    for batch_idx, (data, target) in enumerate(train_loader):
+        data, target = data.to(device), target.to(device)
+        optimizer.zero_grad(set_to_none=True)
+        output = model(data)
+        loss = F.nll_loss(output, target)
+        loss.backward()
+        htcore.mark_step()       # mark step is needed for HPU Lazy mode before
+        optimizer.step()
+        htcore.mark_step()       # ... and after the optimizer step
+    return loss
+
+
+# %% [markdown]
+# ## 4. Train one epoch in lazy mode, the default
+#
+# The cell runs inside `%%hpu_section`: a panel appears above the output and fills in as the cell runs.
+
+# %%
+torch.manual_seed(0)
+model = Net().to(device)
+optimizer = torch.optim.Adadelta(model.parameters(), lr=0.1)
+
+# %%
+# %%hpu_section "Lazy mode: one epoch, 8 steps" --as lazy
+loss = train(model, device, train_loader, optimizer)
+print(f"loss after one epoch: {loss.item():.3f}")
+
+# %% [markdown]
+# **How to read the panel** (every experiment in the lab has one):
+# - **Graph**: the graph each recipe runs, one node per op. Colours are engines (MME = matrix unit,
+#   TPC = vector cores); boxes group the ops the compiler fused.
+# - **Timeline**: two lanes, the host (Python tracing ops, building graphs, compiling) and the device
+#   `hpu:0` (running recipes). Dotted lines are `mark_step`s; red bars are the host *waiting* for the device.
+# - **Recompiles**: every compile with its *reason*, e.g. `input 0 shape changed (200, 1, 28, 28) -> (96, 1, 28, 28)`.
+# - **Metrics**: counts for this section only — ops, graphs, compiles, cache hits, launches, syncs, memory.
+# - **Advice**: what the real stack's documents would tell you to change, given these events.
+
+# %% [markdown]
+# What the panel counted can be checked in code. Each step builds two graphs (forward+backward, then the optimizer), so 8 steps make 16 launches; only the first steps compile:
+
+# %%
+first = lazy.of(ev.MarkStep)[0].step             # two mark_steps per training step
+compiles_per_step = Counter((e.step - first) // 2 for e in lazy.of(ev.Compile))
+print("launches:", len(lazy.of(ev.Launch)))
+print("compiles per training step:", [compiles_per_step.get(i, 0) for i in range(8)])
+for e in lazy.of(ev.Compile):
+    print(f"  {e.node_count:3d} nodes, because: {e.reason}")
+assert len(lazy.of(ev.Launch)) == 16
+assert max(compiles_per_step) <= 2        # after the first steps, every graph is a cache hit
+
+# %% [markdown]
+# ## 5. The same epoch, two other ways
+#
+# Eager mode runs op by op; HPU Graphs record one step and replay it. Same model, same data.
+
+# %% [markdown]
+# **Eager mode** (`PT_HPU_LAZY_MODE=0`): every op is its own tiny graph, launched at once. `mark_step` then has no effect (it says so, once).
+
+# %%
+torch.manual_seed(0)
+model = Net().to(device)
+optimizer = torch.optim.Adadelta(model.parameters(), lr=0.1)
+hpu_lab.config.set(PT_HPU_LAZY_MODE="0")
+
+# %%
+# %%hpu_section "Eager mode: one epoch, 8 steps" --as eager
+loss = train(model, device, train_loader, optimizer)
+print(f"loss after one epoch: {loss.item():.3f}")
+
+# %%
+hpu_lab.config.set(PT_HPU_LAZY_MODE="1")      # back to the default
+ops, launches = len(eager.of(ev.OpAccumulated)), len(eager.of(ev.Launch))
+print(f"eager: {launches} launches for {ops} ops; lazy: {len(lazy.of(ev.Launch))} launches")
+assert launches > 10 * len(lazy.of(ev.Launch))
+
+
+# %% [markdown]
+# **HPU Graphs**: warm up, capture one whole training step into a graph, then for each batch copy the data into the captured input tensors and `replay()` (seed 000, *Training Loop with Capture and Replay*).
+
+# %%
+def train_with_capturereplay(model, device, train_loader, optimizer, batchsize):
+    # Placeholders used for capture
+    static_input = torch.randn(batchsize, 1, 28, 28, device='hpu')
+    static_target = torch.randint(0, 10, (batchsize,), device='hpu')
+
+    # First we warmup
+    s = htcore.hpu.Stream()
+    with htcore.hpu.stream(s):
+        for i in range(3):
+            optimizer.zero_grad(set_to_none=True)
+            y_pred = model(static_input)
+            loss = F.nll_loss(y_pred, static_target)
+            loss.backward()
+            optimizer.step()
+            htcore.mark_step()
+
+    # Then we capture
+    g = htcore.hpu.HPUGraph()
+    optimizer.zero_grad(set_to_none=True)
+    with htcore.hpu.graph(g):
+        static_y_pred = model(static_input)
+        static_loss = F.nll_loss(static_y_pred, static_target)
+        static_loss.backward()
+        optimizer.step()
+
+    # Finally the main training loop
+    for batch_idx, (data, target) in enumerate(train_loader):
+        # data must be copied to existing tensors that were used in the capture phase
+        static_input.copy_(data)
+        static_target.copy_(target)
+        g.replay()
+        # result is available in static_loss tensor after graph is replayed
+    return static_loss
+
+torch.manual_seed(0)
+model = Net().to(device)
+optimizer = torch.optim.Adadelta(model.parameters(), lr=0.1)
+
+# %%
+# %%hpu_section "HPU Graph: capture once, replay 8 steps" --as replay
+loss = train_with_capturereplay(model, device, train_loader, optimizer, 200)
+print(f"loss after one epoch: {loss.item():.3f}")
+
+# %% [markdown]
+# During replay nothing is traced: no op events at all after the capture ends.
+
+# %%
+end = replay.of(ev.CaptureEnd)[0].t_end
+traced_after = [e for e in replay.of(ev.OpAccumulated) if e.t_start > end]
+print("replays:", len(replay.of(ev.Replay)), " ops traced during the replays:", len(traced_after))
+assert len(replay.of(ev.Replay)) == 8 and traced_after == []
+
+# %% [markdown]
+# The three side by side: the table counts, the stacked timelines show where the host's time goes.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+sections = [s for s in (globals().get("eager"), lazy, globals().get("replay")) if s is not None]
+widgets.compare(sections)
+
+# %% [markdown]
+# ## 6. The bridge's own counters
+#
+# `metric_global` reads process-wide metrics, as `habana_frameworks.torch.hpu.metrics` does on a real Gaudi.
+
+# %%
+for name in ("graph_compilation", "recipe_cache", "graph_launch", "host_sync"):
+    stats = dict(metric_global(name).stats())
+    print(f"{name:18s}", {k: v for k, v in stats.items() if k in ("TotalNumber", "TotalHit", "TotalMiss", "Reasons")})
+assert metric_global("recipe_cache")["TotalHit"] > metric_global("recipe_cache")["TotalMiss"]
+
+# %% [markdown]
+# ## 7. Where to go next
+#
+# | notebook | Gaudi document (seed) | you will see |
+# |---|---|---|
+# | `01_theory_of_operations` | PyTorch Gaudi Theory of Operations | eager, torch.compile and lazy mode; the bridge's passes, recipe cache, async launch, memory, autocast |
+# | `02_lazy_mode_and_mark_step` | HPU Graphs for Training; General Model Optimizations | what triggers execution, where `mark_step` goes, host-bound steps, mark_step against OOM |
+# | `03_hpu_graphs_for_training` | HPU Graphs for Training | the MNIST example four ways, with the host-time table |
+# | `04_dynamicity` | HPU Graphs for Training | shapes, last batches, control flow and dynamic ops, each recompile with its reason |
+# | `05_hpu_graphs_for_inference` | Run Inference Using HPU Graphs | capture/replay on a stream, `wrap_in_hpu_graph`, each limitation's real error |
+# | `06_accelerating_training` | Optimum Habana: Accelerating Training | warm-up, padding vs drop_last, HMP, fused Adam, pipelining, memory stats |
+# | `07_general_optimizations` | General Model Optimizations | CPU fallback, batch size, fused ops, disk cache, print frequency, loop constants, weight sharing |
+# | `08_distributed` | (all four, their distributed parts) | HCCL under torchrun, DDP gradient buckets, fast_ddp, multi-card inference in HPU Graphs |
+
+# %% [markdown]
+# ## Summary
+# - `import hpu_lab` gives PyTorch an `hpu` device; Gaudi code runs unchanged on a CPU.
+# - In lazy mode (the default) ops become graphs at each `mark_step`; a graph compiles once into a recipe and
+#   the next steps reuse it from the cache.
+# - Every experiment records events; the panel and the metrics are views of them, and the asserts check them.
+#
+# ## Exercises
+# 1. Remove the first `htcore.mark_step()` from `train` and rerun sections 3–4. How many launches per step now, and how many nodes in each graph?
+# 2. Train with `batch_size=256` (1600 is not a multiple of 256). Which step recompiles, and what reason does the Recompiles tab give?
+# 3. Add `print(loss.item())` inside the loop. What does the Timeline show at each print?

@@ -1,0 +1,541 @@
+# %% [markdown]
+# # Theory of operations: take the Gaudi bridge apart
+#
+# Seed document: *PyTorch Gaudi Theory of Operations*. The Gaudi PyTorch bridge sits between PyTorch and
+# the device: it receives every op, decides when and how to run it, compiles graphs into *recipes*,
+# caches them and launches them. This notebook runs one small computation through each of its execution
+# modes and then opens each part of the bridge.
+#
+# **What you'll do**
+# - run the same ops in eager mode, eager with `torch.compile`, and lazy mode, and count what each launches;
+# - look inside a compiled recipe: fused clusters, engines (MME/TPC), persistent tensors, memory plan;
+# - watch the recipe cache, the asynchronous launch, the memory manager and autocast at work.
+#
+# **What you'll learn**
+# - why lazy mode is the default, and what it costs the host every iteration;
+# - what "compiled once, reused every iteration unless the ops change" looks like in numbers.
+#
+# **What you'll need**
+# - notebook 00 (the panel); about a minute of CPU time.
+
+# %% [markdown]
+# ## 1. Three modes of execution
+#
+# > *Eager mode — op-by-op execution … Eager mode extended with torch.compile … Lazy mode — deferred execution of graphs … Lazy mode is the default mode.*
+#
+# Set up, and check the default:
+
+# %%
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import hpu_lab                        # registers the "hpu" device with PyTorch
+import hpu_lab.core as htcore         # mark_step(), as habana_frameworks.torch.core
+from hpu_lab import events as ev      # what the emulated device did, as events
+from hpu_lab.metrics import metric_global
+from collections import Counter
+import widgets                        # the panel and other views (reads the events)
+# %load_ext widgets
+torch.manual_seed(0)                  # every run of the notebook draws the same numbers
+print("torch", torch.__version__, "| hpu_lab", hpu_lab.__version__)
+
+# %%
+print("lazy mode:", hpu_lab.config.lazy_mode())
+assert hpu_lab.config.lazy_mode()          # PT_HPU_LAZY_MODE=1 is the default
+
+
+# %% [markdown]
+# One small computation used in every mode: a two-layer forward pass, 5 ops.
+
+# %%
+def forward(x, w1, w2):
+    h = torch.relu(x @ w1)
+    return torch.softmax(h @ w2, dim=1).sum()
+
+x, w1, w2 = (torch.randn(64, 32, device="hpu"), torch.randn(32, 16, device="hpu"),
+             torch.randn(16, 8, device="hpu"))
+htcore.mark_step()                        # launch the three random inputs first
+
+# %% [markdown]
+# ## 2. Eager mode
+#
+# > *During Eager mode execution, the framework executes one op at a time from Python.*
+
+# %% [markdown]
+# Switch to eager mode (`PT_HPU_LAZY_MODE=0`; hpu_lab lets you switch from Python), run, and count:
+
+# %%
+# %%hpu_section "Eager mode: one op at a time" --as eager
+hpu_lab.config.set(PT_HPU_LAZY_MODE="0")
+y = forward(x, w1, w2)
+hpu_lab.config.set(PT_HPU_LAZY_MODE="1")
+
+# %% [markdown]
+# Each op was its own graph and its own launch:
+
+# %%
+# claim T1
+ops, launches = len(eager.of(ev.OpAccumulated)), len(eager.of(ev.Launch))
+print(f"{ops} ops, {launches} launches")
+assert launches == ops == 5
+
+# %% [markdown]
+# > *For any op that is not supported by the Gaudi device, the Intel Gaudi PyTorch bridge falls back to CPU to execute the op and continue execution on the device for further supported ops thereafter.*
+
+# %% [markdown]
+# `digamma` has no bfloat16 kernel on HPU (seed 003's own example). Use it between two device ops:
+
+# %%
+# %%hpu_section "CPU fallback in the middle of device ops" --as fb
+a = torch.linspace(1, 4, 8, device="hpu").to(torch.bfloat16)
+b = torch.digamma(a) * 2          # digamma falls back to the CPU; * 2 runs on the device again
+htcore.mark_step()
+b_host = b.float().cpu()
+
+# %% [markdown]
+# One fallback event, the right numbers, and the result back on `hpu` for the next ops:
+
+# %%
+# claim T2
+(f,) = fb.of(ev.CPUFallback)
+print(f.op, f.dtypes, "->", b.device)
+expected = torch.digamma(torch.linspace(1, 4, 8).to(torch.bfloat16)) * 2
+assert f.op == "aten::digamma" and b.device.type == "hpu"
+assert torch.equal(b_host, expected.float())
+launched_after = [e for e in fb.of(ev.Launch) if e.t_start > f.t_end]
+assert launched_after                  # the '* 2' ran on the device, after the fallback
+
+# %% [markdown]
+# > *Eager mode … can be emulated by using `PT_HPU_MAX_COMPOUND_OP_SIZE` … limiting cluster sizes to 1. This results in a small graph (1 element) compilation after each op.*
+
+# %%
+# %%hpu_section "Lazy mode with PT_HPU_MAX_COMPOUND_OP_SIZE=1" --as compound1
+hpu_lab.config.set(PT_HPU_MAX_COMPOUND_OP_SIZE="1")
+y = forward(x, w1, w2)
+hpu_lab.config.set(PT_HPU_MAX_COMPOUND_OP_SIZE="-1")     # back to unlimited
+
+# %% [markdown]
+# Five ops, five one-node graphs:
+
+# %%
+# claim T3
+sizes = [g.node_count for g in compound1.of(ev.GraphBuilt)]
+print("ops:", len(compound1.of(ev.OpAccumulated)), " graphs:", len(sizes), " nodes per graph:", sizes)
+assert len(sizes) == len(compound1.of(ev.OpAccumulated)) == 5 and set(sizes) == {1}
+
+
+# %% [markdown]
+# ## 3. Eager mode with torch.compile
+#
+# > *Model parts wrapped with torch.compile are compiled once at the beginning and later such compiled part is called. Model parts without such wrapping run in pure Eager mode, each op separately.*
+
+# %% [markdown]
+# The seed's MNIST `train_function` pattern: the model is compiled with `backend="hpu_backend"`, the loss (`F.nll_loss`) outside it runs eagerly.
+
+# %%
+class Net(nn.Module):                 # the model of seed 000, verbatim
+    def __init__(self):
+        super(Net, self).__init__()
+        self.fc1 = nn.Linear(784, 128)
+        self.fc2 = nn.Linear(128, 10)
+        self.dropout = nn.Dropout(0.5)
+
+    def forward(self, x):
+        x = torch.flatten(x, 1)
+        x = self.fc1(x)
+        x = F.relu(x)
+        x = self.dropout(x)
+        x = self.fc2(x)
+        output = F.log_softmax(x, dim=1)
+        return output
+
+torch.manual_seed(0)
+model = Net().to("hpu").eval()            # eval: no dropout noise
+compiled = torch.compile(model, backend="hpu_backend")
+
+def train_function(data, target):
+    output = compiled(data)
+    loss = F.nll_loss(output, target)     # not wrapped: eager
+    return loss
+
+batches = [(torch.randn(32, 1, 28, 28).to("hpu"), torch.randint(0, 10, (32,)).to("hpu")) for _ in range(5)]
+hpu_lab.config.set(PT_HPU_LAZY_MODE="0")
+
+# %%
+# %%hpu_section "torch.compile: 5 calls" --as tc
+for data, target in batches:
+    loss = train_function(data, target)
+print(f"loss {loss.item():.3f}")
+hpu_lab.config.set(PT_HPU_LAZY_MODE="1")
+
+# %% [markdown]
+# One compile of the wrapped model on the first call; later calls only launch its recipe. The loss ops outside it run as eager one-op launches:
+
+# %%
+# claim T4
+model_compiles = [e for e in tc.of(ev.Compile) if e.node_count > 1]
+print("compiles of the wrapped model:", len(model_compiles), " launches:", len(tc.of(ev.Launch)),
+      " eager ops:", len(tc.of(ev.OpAccumulated)))
+assert len(model_compiles) == 1
+assert len(tc.of(ev.Launch)) > 5           # 5 calls of the compiled part + the eager ops around it
+assert len(tc.of(ev.OpAccumulated)) > 0     # the unwrapped part ran op by op
+
+# %% [markdown]
+# ## 4. Lazy mode
+#
+# > *The execution of the ops in the accumulated graph is triggered in a lazy manner, only when a tensor value is required by the user.*
+#
+# Run the forward pass and look at the device *before* asking for the value:
+
+# %%
+# %%hpu_section "Lazy mode: accumulate" --as lz
+y = forward(x, w1, w2)
+
+# %% [markdown]
+# Five ops were recorded and nothing was launched: the device has not done any work yet.
+
+# %%
+# claim T5
+print(f"ops accumulated: {len(lz.of(ev.OpAccumulated))}, graphs built: {len(lz.of(ev.GraphBuilt))}, "
+      f"launches: {len(lz.of(ev.Launch))}")
+assert len(lz.of(ev.OpAccumulated)) == 5 and lz.of(ev.Launch) == []
+
+# %% [markdown]
+# Now the value is required:
+
+# %%
+# %%hpu_section "Lazy mode: .item()" --as lz_item
+value = y.item()
+
+# %% [markdown]
+# `.item()` built one graph of all five ops, launched it and made the host wait for the result:
+
+# %%
+# claim T5
+(g,) = lz_item.of(ev.GraphBuilt)
+(sync,) = lz_item.of(ev.HostSync)
+print(f"one graph of {g.node_count} nodes (trigger {g.trigger!r}), {len(lz_item.of(ev.Launch))} launch, "
+      f"host sync reason {sync.reason!r}")
+assert len(lz_item.of(ev.Launch)) == 1 and g.node_count == 5 and sync.reason == ".item()"
+
+# %% [markdown]
+# > *Unlike Eager Mode with torch.compile, graph is analyzed in each iteration leading to a higher CPU usage.*
+
+# %% [markdown]
+# Ten iterations of a 20-layer chain, lazy vs compiled. Lazy mode traces every op and hashes the graph every time, even when the recipe comes from the cache; the compiled function is just called:
+
+# %%
+import time, statistics
+
+def chain(x, ws):                       # 20 matmul + tanh layers, then a sum: 41 ops
+    for w in ws:
+        x = torch.tanh(x @ w)
+    return x.sum()
+
+ws = [torch.randn(32, 32, device="hpu") / 6 for _ in range(20)]
+compiled_chain = torch.compile(chain, backend="hpu_backend")
+hpu_lab.config.set(PT_HPU_LAZY_MODE="0")
+compiled_chain(x, ws); torch.hpu.synchronize()          # compile outside the measurement
+hpu_lab.config.set(PT_HPU_LAZY_MODE="1")
+y = chain(x, ws); htcore.mark_step(); torch.hpu.synchronize()   # and cache the lazy recipe too
+
+# %%
+# %%hpu_section "Lazy mode: 10 iterations" --as lazy10 --no-live
+lazy_host = []
+for i in range(10):
+    t0 = time.perf_counter()
+    y = chain(x, ws)
+    htcore.mark_step()
+    lazy_host.append(time.perf_counter() - t0)
+torch.hpu.synchronize()
+
+# %%
+# %%hpu_section "torch.compile: 10 iterations" --as comp10 --no-live
+hpu_lab.config.set(PT_HPU_LAZY_MODE="0")
+compiled_host = []
+for i in range(10):
+    t0 = time.perf_counter()
+    y = compiled_chain(x, ws)
+    compiled_host.append(time.perf_counter() - t0)
+torch.hpu.synchronize()
+hpu_lab.config.set(PT_HPU_LAZY_MODE="1")
+
+# %% [markdown]
+# Every iteration, lazy mode traced the 41 ops again and built a graph; the compiled function traced nothing:
+
+# %%
+# claim T6
+for s in (lazy10, comp10):
+    print(f"{s.title:28s} ops traced: {len(s.of(ev.OpAccumulated)):3d}  graphs built: "
+          f"{len(s.of(ev.GraphBuilt)):2d}  compiles: {len(s.of(ev.Compile))}  launches: {len(s.of(ev.Launch))}")
+assert len(lazy10.of(ev.OpAccumulated)) == 410 and len(lazy10.of(ev.GraphBuilt)) == 10
+assert len(comp10.of(ev.OpAccumulated)) == 0 and len(comp10.of(ev.GraphBuilt)) == 0
+assert len(comp10.of(ev.Launch)) == 10 and comp10.of(ev.Compile) == []
+
+# %% [markdown]
+# That work is host time. The median per iteration on this machine (it varies, so the numbers are not checked; the order is, and it is usually several times):
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+# claim T6
+lazy_ms, compiled_ms = statistics.median(lazy_host) * 1e3, statistics.median(compiled_host) * 1e3
+print(f"host time per iteration: lazy {lazy_ms:.2f} ms, torch.compile {compiled_ms:.2f} ms")
+assert lazy_ms > compiled_ms
+
+# %% [markdown]
+# ## 5. The bridge: lowering
+#
+# > *Various optimization passes are applied to the graph, such as: fusion of ops … identification of persistent, non-persistent and tensors with duplicate or aliased memory.*
+#
+# Compile a slightly longer chain and open the recipe:
+
+# %%
+# %%hpu_section "One recipe, opened up" --as low
+b = torch.randn(16, device="hpu")
+y = torch.relu(x @ w1 + b) * 2 - 1          # an elementwise chain after a matmul
+z = torch.sigmoid(y).sum(dim=1)
+htcore.mark_step()
+
+# %% [markdown]
+# The recipe is a `torch.fx` graph; `recipe.code` is what the device runs:
+
+# %%
+compile_event = low.of(ev.Compile)[-1]
+recipe = next(r for r in hpu_lab.compiler.recipes() if r.id == compile_event.recipe_id)
+print(recipe.code.strip())
+
+# %% [markdown]
+# Each node carries what the passes decided: its engine, its fusion cluster, and its tensor class:
+
+# %%
+# claim T7
+for n in compile_event.graph.nodes:
+    if n.op != "output":
+        print(f"{n.index:2d} {n.op:14s} {str(n.shape):9s} engine={n.engine or '-':4s} "
+              f"cluster={n.cluster:2d} {n.tensor_class}")
+nodes = compile_event.graph.nodes
+assert compile_event.clusters >= 1                                       # add/relu/mul/sub fused
+assert {n.tensor_class for n in nodes if n.op == "input"} == {"persistent"}
+assert "non-persistent" in {n.tensor_class for n in nodes}              # intermediates never leave the device
+
+# %% [markdown]
+# Outputs that the program still holds (`y`, `z`) are persistent; everything in between is non-persistent and needs only the recipe's working memory (its *memory plan*):
+
+# %%
+print("recipe working memory (peak of non-persistent tensors):", compile_event.peak_bytes, "bytes")
+assert compile_event.peak_bytes > 0
+
+
+# %% [markdown]
+# ## 6. The bridge: PyTorch kernels
+#
+# > *The PyTorch op could be implemented with a single or multiple TPC/MME ops.*
+#
+# In one training step of seed 000's MLP, matrix products go to the MME, everything else to the TPC:
+
+# %%
+class Net(nn.Module):                 # the model of seed 000, verbatim
+    def __init__(self):
+        super(Net, self).__init__()
+        self.fc1 = nn.Linear(784, 128)
+        self.fc2 = nn.Linear(128, 10)
+        self.dropout = nn.Dropout(0.5)
+
+    def forward(self, x):
+        x = torch.flatten(x, 1)
+        x = self.fc1(x)
+        x = F.relu(x)
+        x = self.dropout(x)
+        x = self.fc2(x)
+        output = F.log_softmax(x, dim=1)
+        return output
+
+
+# %%
+torch.manual_seed(0)
+model = Net().to("hpu")
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+data, target = torch.randn(200, 1, 28, 28).to("hpu"), torch.randint(0, 10, (200,)).to("hpu")
+
+def train_step(penalty=False):
+    optimizer.zero_grad(set_to_none=True)
+    loss = F.nll_loss(model(data), target)
+    if penalty:                          # an L2 penalty: used once, in section 7
+        loss = loss + 1e-4 * model.fc1.weight.pow(2).sum()
+    loss.backward()
+    htcore.mark_step()
+    optimizer.step()
+    htcore.mark_step()
+    return loss
+
+
+# %%
+# %%hpu_section "Ten training steps" --as ten
+for step in range(10):
+    loss = train_step()
+
+# %% [markdown]
+# The first recipe of the run is the forward+backward graph. Its engines:
+
+# %%
+fwd_bwd = ten.of(ev.Compile)[0].graph
+engines = Counter(n.engine for n in fwd_bwd.nodes if n.engine)
+mme_ops = sorted({n.op for n in fwd_bwd.nodes if n.engine == "MME"})
+print(dict(engines), "MME ops:", mme_ops)
+assert engines["MME"] >= 3 and engines["TPC"] > engines["MME"]
+
+# %% [markdown]
+# ## 7. The bridge: execution module and recipe cache
+#
+# > *During training, the graph compilation is only required for the initial iteration, thereafter, the same compiled recipe is re-executed every iteration (with new inputs) unless there is a change in the ops being executed.*
+#
+# Count the compiles in each of the ten steps above, and the cache's answers:
+
+# %%
+# claim T8
+first = ten.of(ev.MarkStep)[0].step                    # two mark_steps per training step
+per_step = Counter((e.step - first) // 2 for e in ten.of(ev.Compile))
+hits = sum(e.hit for e in ten.of(ev.CacheLookup))
+print("compiles per training step:", [per_step.get(i, 0) for i in range(10)])
+print(f"cache lookups: {len(ten.of(ev.CacheLookup))}, hits: {hits}")
+assert per_step.get(0, 0) >= 2                                  # the first step compiles its graphs
+assert sum(per_step.get(i, 0) for i in range(2, 10)) == 0     # then flat
+assert hits >= 16
+
+# %% [markdown]
+# Now change the ops — add an L2 penalty to the loss for one step:
+
+# %%
+# %%hpu_section "A step whose ops changed" --as changed
+loss = train_step(penalty=True)
+
+# %% [markdown]
+# The forward+backward graph compiles again; the reason is a diff against the graph compiled before at the same `mark_step`:
+
+# %%
+fwd_bwd_compiles = [e for e in changed.of(ev.Compile) if e.node_count > 20]
+for e in fwd_bwd_compiles:
+    print("recompiled because:", e.reason)
+assert len(fwd_bwd_compiles) == 1 and "new op" in fwd_bwd_compiles[0].reason
+
+# %% [markdown]
+# > *… launch the resulting recipe in an asynchronous method.*
+#
+# `mark_step` queues the recipe and returns; the device (a worker thread here) runs it while Python goes on. Launch a graph that takes the device a while, then trace more ops at once:
+
+# %%
+a = torch.randn(700, 700, device="hpu") / 30
+htcore.mark_step()
+def heavy(h):
+    for _ in range(8):
+        h = torch.tanh(h @ a)
+    return h
+h = heavy(a); htcore.mark_step(); torch.hpu.synchronize()     # compile it first
+
+# %%
+# %%hpu_section "Asynchronous launch" --as asyn
+h = heavy(a)
+htcore.mark_step()                 # returns as soon as the recipe is queued
+more = torch.ones(4, device="hpu")
+for i in range(100):               # the host traces the next ops while the device is busy
+    more = more * 1.01 + 0.1
+htcore.mark_step()
+torch.hpu.synchronize()
+
+# %% [markdown]
+# `mark_step` returned before the device finished, and ops were traced while the device ran:
+
+# %%
+# claim T9
+ms = asyn.of(ev.MarkStep)[0]                     # the mark_step that launched heavy()
+run = next(e for e in asyn.of(ev.DeviceExecution) if e.node_count >= 16)
+overlapped = [e for e in asyn.of(ev.OpAccumulated) if run.t_start < e.t_start < run.t_end]
+print(f"mark_step returned before the device finished: {ms.t_end < run.t_end}; "
+      f"ops traced while the device ran: {'yes' if overlapped else 'none'}")
+assert ms.t_end < run.t_end and len(overlapped) >= 1
+
+# %% [markdown]
+# ## 8. The bridge: memory manager
+#
+# > *The Intel Gaudi PyTorch bridge has a memory manager that optimally serves the allocation and free requests from the device memory.*
+#
+# Allocate 4 MB on the device, then free it:
+
+# %%
+# claim T10
+torch.hpu.synchronize()
+before = torch.hpu.memory_allocated()
+big = torch.empty(1024, 1024, device="hpu")        # 4 MiB of float32
+during = torch.hpu.memory_allocated()
+del big
+after = torch.hpu.memory_allocated()
+print(f"allocated: +{(during - before) / 2**20:.0f} MiB, after del: +{(after - before) / 2**20:.0f} MiB")
+stats = torch.hpu.memory_stats()
+print(f"Limit {stats['Limit'] / 2**30:.0f} GiB (a Gaudi 2's HBM); memory_stats() also has:", ", ".join(sorted(stats)))
+assert during - before == 4 * 2**20 and after == before
+assert torch.hpu.max_memory_allocated() >= during
+
+# %% [markdown]
+# > *It additionally provides the capability to create tensors with pinned memory, which reduces the time required for doing a DMA by avoiding a copy on the host side.*
+
+# %% [markdown]
+# **Pending experiment (claim T10, pinned part).**
+# *It will show:* `torch.randn(200, 784).pin_memory()` giving a pinned host tensor (`is_pinned()` is `True`), and its
+# `.to("hpu", non_blocking=True)` copy going straight from the pinned buffer, with no staging copy on the host: one copy
+# event instead of two.
+# *It waits for:* pinned host memory in hpu_lab. A CPU-only PyTorch pins memory only through an accelerator's host
+# allocator, and hpu_lab does not register one yet, so `pin_memory()` fails today.
+
+# %% [markdown]
+# ## 9. Mixed precision
+#
+# > *Gaudi supports mixed precision training using PyTorch autocast … It executes operations registered to autocast using lower precision floating datatype.*
+
+# %%
+# %%hpu_section "Autocast to bfloat16" --as amp
+with torch.autocast(device_type="hpu", dtype=torch.bfloat16):
+    logits = x @ w1                      # mm: on the lower-precision list
+    probs = torch.softmax(logits, dim=1) # softmax: also on Gaudi's bf16 list
+    total = logits.float().sum()
+htcore.mark_step()
+
+# %% [markdown]
+# The dtype of each op's result, and the casts autocast inserted into the graph:
+
+# %%
+# claim T11
+print("mm ->", logits.dtype, " softmax ->", probs.dtype, " sum of float ->", total.dtype)
+graph = amp.of(ev.Compile)[-1].graph if amp.of(ev.Compile) else amp.of(ev.Launch)[-1].graph
+casts = [n for n in graph.nodes if n.is_cast]
+print("cast nodes in the recipe:", len(casts), [n.dtype for n in casts])
+assert logits.dtype == torch.bfloat16 and total.dtype == torch.float32
+assert casts and {"bfloat16"} <= {n.dtype for n in casts}
+
+# %% [markdown]
+# ## 10. Distributed training and the media loader
+#
+# > *Intel Gaudi PyTorch implements HCCL communication backend to support scale-up and scale-out.*
+#
+# The `hccl` backend, DDP and fast_ddp are the subject of notebook 08. The media loader (`habana_dataloader`) "falls back to the native torch data loader if the provided parameters are not supported"; in this lab the native `torch.utils.data.DataLoader` is what you use:
+
+# %%
+from hpu_lab.data import MNISTLike
+loader = torch.utils.data.DataLoader(MNISTLike(train=True), batch_size=200, num_workers=0, drop_last=True)
+data, target = next(iter(loader))
+print(tuple(data.shape), data.dtype, tuple(target.shape), target.dtype)
+assert data.shape == (200, 1, 28, 28)
+
+# %% [markdown]
+# ## Summary
+# - Eager mode launches one graph per op; `PT_HPU_MAX_COMPOUND_OP_SIZE=1` makes lazy mode do the same.
+# - `torch.compile` compiles the wrapped part once and then only calls it; the rest runs op by op.
+# - Lazy mode accumulates ops and runs them only when a value is needed or at `mark_step`; it re-traces the
+#   graph every iteration, which is host time, but the recipe comes from the cache after the first steps.
+# - A recipe is the result of the bridge's passes: fused clusters, MME/TPC engines, persistent vs
+#   non-persistent tensors and a memory plan. It is launched asynchronously.
+#
+# ## Exercises
+# 1. In section 4, replace `y.item()` with `print(y)`. What is the host sync reason now?
+# 2. In section 5, make `y` a temporary (`z = torch.sigmoid(torch.relu(x @ w1 + b) * 2 - 1).sum(dim=1)`). Which tensor class does the sub node get now, and why?
+# 3. In section 7, change the learning rate between two steps (`optimizer.param_groups[0]["lr"] = 0.05`). Does the optimizer graph recompile? Read the reason.
+# 4. In section 7 (async), make the matrices 1500x1500. How does the Timeline change?

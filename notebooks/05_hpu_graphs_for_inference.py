@@ -1,0 +1,304 @@
+# %% [markdown]
+# # HPU Graphs for inference: capture the forward pass, replay it per request
+#
+# Seed document: *Run Inference Using HPU Graphs*.
+#
+# > *HPU Graphs can capture a series of operations using HPU stream and replay them. They mandate the
+# > device-side input while output addresses remain constant between invocations.*
+#
+# **What you'll do**
+# - run the seed's `GraphTest` (capture on a stream, then replay) and a real model's forward the same way;
+# - wrap a model with `wrap_in_hpu_graph` and serve the MNIST test set with it;
+# - trigger each documented limitation and read the error it raises.
+#
+# **What you'll learn**
+# - what "output addresses remain constant" means for your code (copy results out before the next replay);
+# - why `mark_step` is not needed around a replay;
+# - which model code cannot be captured, and what to do instead.
+#
+# **What you'll need**
+# - notebook 03; under a minute of CPU time.
+
+# %% [markdown]
+# The seed's code imports `habana_frameworks.torch as ht`; with the compatibility layer it runs unchanged:
+
+# %%
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import hpu_lab                        # registers the "hpu" device with PyTorch
+import hpu_lab.core as htcore         # mark_step(), as habana_frameworks.torch.core
+from hpu_lab import events as ev      # what the emulated device did, as events
+from hpu_lab.metrics import metric_global
+from collections import Counter
+import hpu_lab.compat
+hpu_lab.compat.enable_habana_imports()
+import habana_frameworks.torch as ht          # ht.hpu is torch.hpu
+from hpu_lab.data import MNISTLike
+import widgets                        # the panel and other views (reads the events)
+# %load_ext widgets
+torch.manual_seed(0)                  # every run of the notebook draws the same numbers
+print("torch", torch.__version__, "| hpu_lab", hpu_lab.__version__)
+
+# %% [markdown]
+# ## 1. Capture and replay on a stream
+#
+# The seed's `GraphTest`, completed: the first call captures on the stream, every later call replays.
+
+# %%
+device = torch.device('hpu')
+
+class GraphTest(object):
+    def __init__(self, size: int) -> None:
+        self.g = ht.hpu.HPUGraph()
+        self.s = ht.hpu.Stream()
+        self.size = size
+
+    # The following function shows the steps to implement the capture and replay on HPU Graphs
+    def wrap_func(self, first: bool) -> None:
+        if first:
+            with ht.hpu.stream(self.s):
+                self.g.capture_begin()
+                # the following code snippet is for demonstration
+                a = torch.full((self.size,), 1, device=device)
+                b = a
+                b = b + 1
+                self.g.capture_end()
+            self.b = b                      # the graph's output: a fixed device tensor
+        else:
+            self.g.replay()
+
+gt = GraphTest(size=1000)
+
+# %%
+# %%hpu_section "GraphTest: capture, then 3 replays" --as gtest
+gt.wrap_func(True)
+out = gt.b
+for _ in range(3):
+    gt.wrap_func(False)
+print(gt.b[:5].cpu())
+
+# %% [markdown]
+# One capture on the stream, three replays, and the output is the same tensor every time:
+
+# %%
+# claim I1
+(cap,) = gtest.of(ev.CaptureEnd)
+print("captures:", len(gtest.of(ev.CaptureEnd)), " replays:", len(gtest.of(ev.Replay)),
+      " output is the same tensor:", out is gt.b)
+assert len(gtest.of(ev.Replay)) == 3 and out is gt.b
+assert torch.equal(gt.b.cpu(), torch.full((1000,), 2.0))
+
+
+# %% [markdown]
+# The same with a real model: seed 000's `Net`, in eval mode. The input must live on the device (a static tensor the graph reads); new requests are copied into it:
+
+# %%
+class Net(nn.Module):                 # the model of seed 000, verbatim
+    def __init__(self):
+        super(Net, self).__init__()
+        self.fc1 = nn.Linear(784, 128)
+        self.fc2 = nn.Linear(128, 10)
+        self.dropout = nn.Dropout(0.5)
+
+    def forward(self, x):
+        x = torch.flatten(x, 1)
+        x = self.fc1(x)
+        x = F.relu(x)
+        x = self.dropout(x)
+        x = self.fc2(x)
+        output = F.log_softmax(x, dim=1)
+        return output
+
+torch.manual_seed(0)
+model = Net().to(device).eval()
+test_set = MNISTLike(train=False)
+requests = [test_set[i][0].unsqueeze(0) for i in range(6)]      # six single-image requests
+
+static_in = torch.zeros(1, 1, 28, 28, device=device)
+g, s = ht.hpu.HPUGraph(), ht.hpu.Stream()
+with torch.no_grad(), ht.hpu.stream(s):
+    g.capture_begin()
+    static_out = model(static_in)
+    g.capture_end()
+
+# %% [markdown]
+# Serve the six requests: copy in, replay, copy the result out — no `mark_step` anywhere:
+
+# %%
+# %%hpu_section "Six requests, replayed, no mark_step" --as serve
+answers = []
+for image in requests:
+    static_in.copy_(image)
+    g.replay()
+    answers.append(static_out.cpu())       # copy out before the next replay overwrites it
+
+# %% [markdown]
+# > *Adding mark_step is not required with HPU Graphs as it is handled implicitly.*
+#
+# No `mark_step`, no op traced, and the answers equal the same model on the CPU:
+
+# %%
+# claim I8
+cpu_model = Net().eval()
+cpu_model.load_state_dict({k: v.cpu() for k, v in model.state_dict().items()})
+with torch.no_grad():
+    expected = [cpu_model(image) for image in requests]
+print("mark_steps:", len(serve.of(ev.MarkStep)), " ops traced:", len(serve.of(ev.OpAccumulated)),
+      " replays:", len(serve.of(ev.Replay)))
+assert serve.of(ev.MarkStep) == [] and serve.of(ev.OpAccumulated) == []
+assert all(torch.allclose(a, e, atol=1e-5) for a, e in zip(answers, expected))
+
+# %% [markdown]
+# ## 2. wrap_in_hpu_graph
+#
+# > *Or, use htorch.hpu.wrap_in_hpu_graph to wrap module forward function with HPU Graphs. This wrapper captures, caches and replays the graph.*
+#
+# Serve the whole test set (197 images) in batches of 64:
+
+# %%
+torch.manual_seed(0)
+model = Net().to(device).eval()
+model = ht.hpu.wrap_in_hpu_graph(model)
+test_loader = torch.utils.data.DataLoader(test_set, batch_size=64)
+print([len(t) for _, t in test_loader], "images per batch")
+
+# %%
+# %%hpu_section "wrap_in_hpu_graph: the test set in batches of 64" --as wrapped
+outputs = []
+with torch.no_grad():
+    for data, target in test_loader:
+        out = model(data.to(device))
+        outputs.append(out.cpu())
+
+# %% [markdown]
+# The first batch of 64 captured a graph; the next ones replayed it. The last batch (5 images) has another shape: a second capture, not a wrong answer:
+
+# %%
+# claim I2
+print("captures:", len(wrapped.of(ev.CaptureEnd)), " replays:", len(wrapped.of(ev.Replay)))
+assert len(wrapped.of(ev.CaptureEnd)) == 2          # shapes (64, ...) and (5, ...)
+assert len(wrapped.of(ev.Replay)) == 2               # batches 2 and 3 of 64 replayed
+
+# %% [markdown]
+# > *HPU Graphs can be only used to capture and replay static graphs. Dynamic shapes are not supported.*
+#
+# Each shape got its own graph, and every answer equals the CPU's:
+
+# %%
+# claim I4
+cpu_model = Net().eval()
+cpu_model.load_state_dict({k: v.cpu() for k, v in model.state_dict().items()})
+with torch.no_grad():
+    expected = [cpu_model(data) for data, _ in test_loader]
+assert [o.shape[0] for o in outputs] == [64, 64, 64, 5]
+assert all(torch.allclose(o, e, atol=1e-5) for o, e in zip(outputs, expected))
+print("all", sum(o.shape[0] for o in outputs), "answers equal the CPU model's")
+
+# %% [markdown]
+# The returned output is the graph's static output tensor, so it is overwritten by the next call — that is what *output addresses remain constant* means for your code:
+
+# %%
+# claim I1
+with torch.no_grad():
+    first = model(torch.zeros(64, 1, 28, 28, device=device))
+    first_values = first.cpu()
+    second = model(torch.ones(64, 1, 28, 28, device=device))
+print("same tensor object:", first is second, "| first's values changed:", not torch.equal(first.cpu(), first_values))
+assert first is second
+
+
+# %% [markdown]
+# ## 3. Limitations, each with its error
+#
+# > *Models that contain CPU Ops are not supported. During HPU Graphs capturing, in case the Op is not supported, the following message will appear: “… is not supported during HPU Graph capturing”.*
+#
+# Five small modules, each breaking one rule:
+
+# %%
+class ReadsAValue(nn.Module):          # a CPU op: the value goes to the host
+    def forward(self, x):
+        return x * x.sum().item()
+
+class FallsBack(nn.Module):            # an op without an HPU kernel for bf16: CPU fallback
+    def forward(self, x):
+        return torch.digamma(x.to(torch.bfloat16))
+
+class DataDependentFlow(nn.Module):    # a Python branch on a device value
+    def forward(self, x):
+        return x * 2 if x.sum() > 0 else x
+
+class InPlaceViewUpdate(nn.Module):    # writes through a view
+    def forward(self, x):
+        y = x * 2
+        y[:, 0] += 1
+        return y
+
+def capture_error(module):
+    wrapped = ht.hpu.wrap_in_hpu_graph(module.to(device))
+    try:
+        with torch.no_grad():
+            wrapped(torch.rand(4, 4, device=device) + 1)
+    except RuntimeError as e:
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+# %%
+# claim I3
+for cls in (ReadsAValue, FallsBack):
+    msg = capture_error(cls())
+    print(f"{cls.__name__:18s} {msg}")
+    assert "not supported during hpu graph capturing" in msg.lower()
+assert "is not supported during HPU Graph capturing" in capture_error(ReadsAValue())
+
+# %% [markdown]
+# > *Data Dependent dynamic flow is not supported with HPU Graphs.*
+
+# %%
+# claim I5
+msg = capture_error(DataDependentFlow())
+print(msg)
+assert "data-dependent control flow is not supported during HPU Graph capturing" in msg
+
+# %% [markdown]
+# > *Capturing HPU Graphs on models containing in-place view updates is not supported.*
+
+# %%
+# claim I6
+msg = capture_error(InPlaceViewUpdate())
+print(msg)
+assert "in-place update of a view" in msg and "not supported during HPU Graph capturing" in msg
+
+# %% [markdown]
+# The same modules run fine without graphs (lazy mode), and the runtime is still usable after the refused captures:
+
+# %%
+x = torch.rand(4, 4) + 1
+for cls in (ReadsAValue, FallsBack, DataDependentFlow, InPlaceViewUpdate):
+    with torch.no_grad():
+        got = cls().to(device)(x.to(device)).float().cpu()
+        want = cls()(x).float()
+    assert torch.allclose(got, want, rtol=1e-2), cls.__name__
+print("all four equal the CPU without HPU Graphs")
+
+# %% [markdown]
+# > *Multi-card support for inference (DeepSpeed) using HPU Graphs is applicable only with `PT_HPU_ENABLE_LAZY_COLLECTIVES=true`.*
+
+# %% [markdown]
+# Two emulated cards are needed for that one: notebook 08, section 4, runs it.
+
+# %% [markdown]
+# ## Summary
+# - For inference, capture the forward pass once (on a stream, or with `wrap_in_hpu_graph`) and replay it per request:
+#   no tracing, no `mark_step`, answers equal to the CPU's.
+# - Inputs must be device tensors; outputs are fixed tensors overwritten by the next replay — copy out what you keep.
+# - `wrap_in_hpu_graph` keeps one graph per input shape; a new shape captures again rather than computing a wrong answer.
+# - Capture refuses what a static graph cannot hold, with the bridge's message: CPU ops and fallbacks, data-dependent
+#   Python control flow, in-place updates through views.
+#
+# ## Exercises
+# 1. In section 1, append `static_out` itself (not `.cpu()`) to `answers`. What do the six answers look like, and why?
+# 2. Serve the test set with `batch_size=197`. How many captures? With `batch_size=1`?
+# 3. Rewrite `InPlaceViewUpdate` without the in-place view update (hint: `torch.cat` or a mask) and capture it.
+# 4. Give `wrap_in_hpu_graph` `max_graphs=1` and serve the test set in batches of 64 again. What happens to the last batch?

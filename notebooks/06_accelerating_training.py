@@ -1,0 +1,476 @@
+# %% [markdown]
+# # Accelerating training: measure each switch of Optimum Habana
+#
+# Seed document: *Optimum Habana: Accelerating Training*. Optimum Habana's `GaudiTrainer` exposes the
+# stack's optimisations as training arguments: `use_lazy_mode`, `dataloader_drop_last`,
+# `throughput_warmup_steps`, HMP and autocast, `use_hpu_graphs_for_training`, `distribution_strategy="fast_ddp"`,
+# `pipelining_fwd_bwd`, `dataloader_num_workers`, `non_blocking_data_copy`, `use_fused_adam`,
+# `use_fused_clip_norm`. Each is a few lines of plain PyTorch; this notebook writes those lines and measures
+# what each changes.
+#
+# **What you'll do**
+# - for each switch, run the same small training loop with and without it, and compare the events;
+# - read the counts that explain each gain: compiles, clusters, dtypes, graphs, launch order, ops per update.
+#
+# **What you'll learn**
+# - which switches remove compilations, which remove host work, and which only help a host-bound model.
+#
+# **What you'll need**
+# - notebooks 01–04; about a minute of CPU time.
+
+# %%
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import hpu_lab                        # registers the "hpu" device with PyTorch
+import hpu_lab.core as htcore         # mark_step(), as habana_frameworks.torch.core
+from hpu_lab import events as ev      # what the emulated device did, as events
+from hpu_lab.metrics import metric_global
+from collections import Counter
+import time, os, tempfile
+from hpu_lab.data import MNISTLike
+import widgets                        # the panel and other views (reads the events)
+# %load_ext widgets
+torch.manual_seed(0)                  # every run of the notebook draws the same numbers
+print("torch", torch.__version__, "| hpu_lab", hpu_lab.__version__)
+
+
+# %%
+class Net(nn.Module):                 # the model of seed 000, verbatim
+    def __init__(self):
+        super(Net, self).__init__()
+        self.fc1 = nn.Linear(784, 128)
+        self.fc2 = nn.Linear(128, 10)
+        self.dropout = nn.Dropout(0.5)
+
+    def forward(self, x):
+        x = torch.flatten(x, 1)
+        x = self.fc1(x)
+        x = F.relu(x)
+        x = self.dropout(x)
+        x = self.fc2(x)
+        output = F.log_softmax(x, dim=1)
+        return output
+
+device = torch.device("hpu")
+train_set = MNISTLike(train=True)
+
+def fresh(opt=torch.optim.SGD, **kw):
+    torch.manual_seed(0)
+    model = Net().to(device)
+    return model, opt(model.parameters(), **({"lr": 0.1} | kw))
+
+def train_epoch(model, optimizer, loader):
+    for data, target in loader:
+        optimizer.zero_grad(set_to_none=True)
+        loss = F.nll_loss(model(data.to(device)), target.to(device))
+        loss.backward()
+        htcore.mark_step()
+        optimizer.step()
+        htcore.mark_step()
+    return loss
+
+
+# %% [markdown]
+# ## 1. Lazy mode
+#
+# > *In lazy mode, the graph compiler generates optimized binary code that implements the given model topology on Gaudi. It performs operator fusion, data layout management, parallelization, pipelining and memory management, as well as graph-level optimizations.*
+#
+# Two steps in eager mode (`use_lazy_mode=False`), then two in lazy mode:
+
+# %%
+loader = torch.utils.data.DataLoader(train_set, batch_size=200)
+two_batches = list(loader)[:2]
+
+# %%
+# %%hpu_section "Eager mode: 2 steps" --as eager
+hpu_lab.config.set(PT_HPU_LAZY_MODE="0")
+model, optimizer = fresh()
+train_epoch(model, optimizer, two_batches)
+hpu_lab.config.set(PT_HPU_LAZY_MODE="1")
+
+# %%
+# %%hpu_section "Lazy mode: 2 steps" --as lazy
+model, optimizer = fresh()
+train_epoch(model, optimizer, two_batches)
+
+
+# %% [markdown]
+# In eager mode every graph is one op, so there is nothing to fuse; lazy mode's graphs hold whole chains of elementwise ops, which the compiler fuses into clusters:
+
+# %%
+# claim O1
+def clusters(s):
+    return sum(e.graph is not None and len({n.cluster for n in e.graph.nodes if n.cluster >= 0})
+               for e in s.of(ev.Launch))
+print(f"eager: {len(eager.of(ev.Launch))} launches, {clusters(eager)} fused clusters launched")
+print(f"lazy:  {len(lazy.of(ev.Launch))} launches, {clusters(lazy)} fused clusters launched")
+assert clusters(eager) == 0 and clusters(lazy) >= 2
+
+
+# %% [markdown]
+# ## 2. The last batch: padding or drop_last
+#
+# > *In lazy mode, the last batch is filled with extra samples by default so that it has the same dimensions as previous batches. This enables to avoid extra graph compilations during training. You can also discard the last batch with `dataloader_drop_last=True`.*
+#
+# 1600 images in batches of 256 leave 64 for the last batch. Padding, as Optimum does it: repeat samples from the start until the last batch is full.
+
+# %%
+class PadLastBatch(torch.utils.data.Sampler):   # one epoch, the last batch filled from the start
+    def __init__(self, n, batch_size):
+        self.n, self.pad = n, (-n) % batch_size
+    def __iter__(self):
+        return iter(list(range(self.n)) + list(range(self.pad)))
+    def __len__(self):
+        return self.n + self.pad
+
+loaders = {
+    "no padding":     torch.utils.data.DataLoader(train_set, batch_size=256),
+    "padded":         torch.utils.data.DataLoader(train_set, batch_size=256, sampler=PadLastBatch(len(train_set), 256)),
+    "drop_last=True": torch.utils.data.DataLoader(train_set, batch_size=256, drop_last=True),
+}
+for name, l in loaders.items():
+    print(f"{name:15s} batches: {[len(t) for _, t in l]}")
+
+# %%
+# claim O2
+hpu_lab.compiler.clear()                   # forget every recipe: count this section's compiles from zero
+fwd_bwd_compiles = {}
+for name, l in loaders.items():
+    model, optimizer = fresh()
+    with ev.Collector() as c:
+        train_epoch(model, optimizer, l)
+    fwd_bwd_compiles[name] = sorted({e.reason for e in c.of(ev.Compile) if e.node_count > 10})
+    print(f"{name:15s} forward+backward compiles: {len(fwd_bwd_compiles[name])}  {fwd_bwd_compiles[name]}")
+assert len(fwd_bwd_compiles["no padding"]) == 2
+assert fwd_bwd_compiles["padded"] == [] and fwd_bwd_compiles["drop_last=True"] == []   # served from the cache
+
+# %% [markdown]
+# (The first loader compiled the forward+backward graph for 256 — and once more for the last 64; the other two never met a new shape, so the cache served everything.)
+
+# %% [markdown]
+# ## 3. Warm-up steps
+#
+# > *In lazy mode, the first two or three training iterations may be slower due to graph compilations. To not take them into account in the computation of the throughput at the end of the training, you can add the following training argument: `throughput_warmup_steps=3`.*
+#
+# Ten steps of batch 160, a shape not compiled yet, with Adadelta:
+
+# %%
+loader160 = torch.utils.data.DataLoader(train_set, batch_size=160)
+model, optimizer = fresh(torch.optim.Adadelta)
+step_times = []
+
+def timed_epoch():
+    for data, target in loader160:
+        t0 = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        loss = F.nll_loss(model(data.to(device)), target.to(device))
+        loss.backward()
+        htcore.mark_step()
+        optimizer.step()
+        htcore.mark_step()
+        step_times.append(time.perf_counter() - t0)
+
+
+# %%
+# %%hpu_section "Ten steps from a cold cache" --as warm --no-live
+timed_epoch()
+torch.hpu.synchronize()
+
+# %% [markdown]
+# Compiles happen in the first steps only:
+
+# %%
+# claim O3
+first = warm.of(ev.MarkStep)[0].step
+per_step = Counter((e.step - first) // 2 for e in warm.of(ev.Compile))
+print("compiles per step:", [per_step.get(i, 0) for i in range(10)])
+assert set(per_step) <= {0, 1, 2} and sum(per_step.values()) >= 2
+
+# %% [markdown]
+# and they make those steps slow, so a throughput that includes them understates the steady state:
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+# claim O3
+warmup = 3
+print("step times (ms):", [round(1e3 * t, 1) for t in step_times])
+all_steps = 160 * len(step_times) / sum(step_times)
+after_warmup = 160 * (len(step_times) - warmup) / sum(step_times[warmup:])
+print(f"throughput: {all_steps:.0f} samples/s over all steps, {after_warmup:.0f} samples/s with throughput_warmup_steps={warmup}")
+assert max(step_times[:warmup]) > 2 * sorted(step_times[warmup:])[len(step_times[warmup:]) // 2]
+assert after_warmup > all_steps
+
+# %% [markdown]
+# ## 4. Mixed-precision training: HMP
+#
+# > *Habana Mixed Precision (HMP) proposes to mix fp32 and bf16 operations … you can specify which operators to compute in bf16 with `hmp_bf16_ops` and which operators to compute in fp32 with `hmp_fp32_ops`.*
+#
+# Optimum's default lists, written to the files HMP reads:
+
+# %%
+import logging, warnings
+from hpu_lab.hpex import hmp
+lists = tempfile.mkdtemp()
+with open(os.path.join(lists, "bf16.txt"), "w") as f:
+    f.write("\n".join(hmp.hmp_bf16_ops))
+with open(os.path.join(lists, "fp32.txt"), "w") as f:
+    f.write("\n".join(hmp.hmp_fp32_ops))
+print("bf16:", hmp.hmp_bf16_ops)
+print("fp32:", hmp.hmp_fp32_ops)
+
+# %%
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", FutureWarning)     # HMP is deprecated in favour of autocast, and says so
+    hmp.convert(opt_level="O1", bf16_file_path=os.path.join(lists, "bf16.txt"),
+                fp32_file_path=os.path.join(lists, "fp32.txt"))
+model, optimizer = fresh()
+data, target = two_batches[0]
+
+# %%
+# %%hpu_section "One step with HMP" --as hmp_step
+optimizer.zero_grad(set_to_none=True)
+output = model(data.to(device))
+loss = F.nll_loss(output, target.to(device))
+loss.backward()
+htcore.mark_step()
+with hmp.disable_casts():          # the optimizer keeps fp32 weights
+    optimizer.step()
+htcore.mark_step()
+
+# %% [markdown]
+# Each op of the forward graph runs in the dtype its list gives it; the casts are nodes of the graph:
+
+# %%
+# claim O4
+graph = hmp_step.of(ev.Launch)[0].graph
+forward_ops = [(n.op.replace("aten::", ""), n.dtype) for n in graph.nodes
+               if n.op not in ("input", "output", "view") and not n.src.startswith("<")][:12]
+print(forward_ops)
+dtype_of = {op: dt for op, dt in forward_ops}
+assert dtype_of["addmm"] == "bfloat16"            # linear: bf16 list
+assert dtype_of["_log_softmax"] == "float32"      # log_softmax: fp32 list
+assert sum(1 for n in graph.nodes if n.is_cast) >= 3
+assert all(p.dtype == torch.float32 for p in model.parameters())
+hmp._restore()                                    # lab-only: undo convert()
+
+# %% [markdown]
+# `torch.autocast` (`--bf16` in Optimum) does the same with the bridge's autocast lists: see notebook 01, section 9.
+
+# %% [markdown]
+# ## 5. HPU Graphs for training
+#
+# > *To do so, specify `--use_hpu_graphs_for_training True`. This option will wrap the model in `habana_frameworks.torch.hpu.ModuleCacher`, which automatically records HPU Graphs on the model's usage.*
+#
+# That is, `ht.hpu.ModuleCacher()(model=model, inplace=True)`:
+
+# %%
+model, optimizer = fresh()
+model = htcore.hpu.ModuleCacher()(model=model, inplace=True)      # use_hpu_graphs_for_training=True
+
+# %%
+# %%hpu_section "use_hpu_graphs_for_training: one epoch" --as graphs
+train_epoch(model, optimizer, loader)
+
+# %%
+# claim O5
+print("graphs captured:", len(graphs.of(ev.CaptureEnd)), "(forward and backward), replays:", len(graphs.of(ev.Replay)))
+assert model.module_cacher.num_graphs == 1 and len(graphs.of(ev.CaptureEnd)) == 2
+assert len(graphs.of(ev.Replay)) == 2 * len(loader)
+
+
+# %% [markdown]
+# ## 6. Fast DDP
+#
+# > *`--distribution_strategy fast_ddp` … replaces the usage of `torch.nn.parallel.DistributedDataParallel` with much simpler and usually faster `optimum.habana.distributed.all_reduce_gradients`.*
+
+# %% [markdown]
+# It needs two emulated cards: notebook 08, section 3, compares it with DDP.
+
+# %% [markdown]
+# ## 7. Pipelining forward and backward
+#
+# > *One potential optimization … is to trigger the HPU forward computation right after the CPU forward interpretation and before the CPU backward interpretation.* (`--pipelining_fwd_bwd True`)
+#
+# Optimum does it with one more `mark_step`, after the loss:
+
+# %%
+def step(data, target, pipelining):
+    optimizer.zero_grad(set_to_none=True)
+    loss = F.nll_loss(model(data), target)
+    if pipelining:
+        htcore.mark_step()             # launch the forward now
+    loss.backward()
+    htcore.mark_step()
+    optimizer.step()
+    htcore.mark_step()
+
+model, optimizer = fresh()
+data, target = two_batches[0][0].to(device), two_batches[0][1].to(device)
+for p in (False, True, False, True):   # warm up both variants
+    step(data, target, p)
+torch.hpu.synchronize()
+
+# %%
+# %%hpu_section "One step, no pipelining" --as plain
+step(data, target, pipelining=False)
+torch.hpu.synchronize()
+
+# %%
+# %%hpu_section "One step, pipelining_fwd_bwd" --as piped
+step(data, target, pipelining=True)
+torch.hpu.synchronize()
+
+
+# %% [markdown]
+# With pipelining the forward graph is launched before the first backward op is traced; without it, the device gets nothing until the backward pass has been traced too:
+
+# %%
+# claim O7
+def first_launch_vs_backward(s):
+    backward_ops = [e for e in s.of(ev.OpAccumulated) if "backward" in e.op or e.op.endswith("_bwd")]
+    return s.of(ev.Launch)[0].t_start < backward_ops[0].t_start
+print("forward launched before backward traced — no pipelining:", first_launch_vs_backward(plain),
+      "| pipelining:", first_launch_vs_backward(piped))
+assert not first_launch_vs_backward(plain) and first_launch_vs_backward(piped)
+assert len(piped.of(ev.Launch)) == len(plain.of(ev.Launch)) + 1
+
+
+# %% [markdown]
+# > *When training models that require large device memory, we suggest disabling this optimization because it will increase the HPU memory usage.* (The forward's activations become graph outputs held until backward.)
+
+# %% [markdown]
+# ## 8. More data-loader workers
+#
+# > *If the workload of the data loader is heavy, you can increase the number of workers to make your run faster.*
+#
+# A dataset whose items take 3 ms each to prepare (decoding, augmenting ... here, a sleep):
+
+# %%
+class HeavyDataset(torch.utils.data.Dataset):
+    def __len__(self):
+        return 256
+    def __getitem__(self, i):
+        time.sleep(0.004)                        # expensive preprocessing
+        g = torch.Generator().manual_seed(i)
+        return torch.randn(1, 28, 28, generator=g), i % 10
+
+model, optimizer = fresh()
+heavy_loaders = {n: torch.utils.data.DataLoader(HeavyDataset(), batch_size=64, num_workers=n,
+                                                persistent_workers=n > 0) for n in (0, 2)}
+
+def epoch_seconds(num_workers):
+    t0 = time.perf_counter()
+    train_epoch(model, optimizer, heavy_loaders[num_workers])
+    torch.hpu.synchronize()
+    return time.perf_counter() - t0
+
+_ = epoch_seconds(0), epoch_seconds(2)      # warm up: compile, start the workers
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+# claim O8
+t0, t2 = epoch_seconds(0), epoch_seconds(2)
+print(f"dataloader_num_workers=0: {t0:.2f} s per epoch;  =2: {t2:.2f} s per epoch")
+assert t2 < 0.85 * t0
+
+# %% [markdown]
+# ## 9. Non-blocking data copy
+#
+# > *`--non_blocking_data_copy True` … the host can continue to execute other tasks (e.g. graph building) to get a better pipelining between the host and the device.*
+
+# %% [markdown]
+# **Pending experiment (claim O9).**
+# *It will show:* the same training loop with `data.to(device, non_blocking=True)` and with blocking copies: with
+# non-blocking copies the host goes on building the step's graph while the batch is copied, so the host time per step
+# is lower and the timeline shows the copy overlapping the graph building.
+# *It waits for:* an asynchronous host-to-device copy path (and pinned host memory to copy from). Today the emulated copy
+# is done on the host the moment it is issued, so there is no host time to save yet.
+
+# %% [markdown]
+# ## 10. Fused ADAM and fused gradient-norm clipping
+#
+# > *Habana provides a custom fused ADAM implementation … The default value of epsilon is 1e-6 for the Habana fused ADAM optimizer, while it is 1e-8 for `torch.optim.AdamW`.*
+
+# %%
+from hpu_lab.hpex.optimizers import FusedAdamW
+from hpu_lab.hpex.normalization import FusedClipNorm
+
+def update_graph(make_optimizer, clip):
+    torch.manual_seed(0)
+    model = Net().to(device)
+    opt = make_optimizer(model.parameters())
+    sizes = []
+    for _ in range(2):                       # the second step: optimizer state exists
+        opt.zero_grad(set_to_none=True)
+        F.nll_loss(model(data), target).backward()
+        htcore.mark_step()
+        with ev.Collector(kinds=[ev.GraphBuilt]) as c:
+            clip(model.parameters())
+            htcore.mark_step()
+            opt.step()
+            htcore.mark_step()
+        sizes = [g.node_count for g in c.events]
+    return sizes
+
+
+# %%
+# claim O10
+torch_sizes = update_graph(lambda p: torch.optim.AdamW(p, lr=1e-3, foreach=False),
+                           lambda p: torch.nn.utils.clip_grad_norm_(p, 1.0))
+fused_sizes = update_graph(lambda p: FusedAdamW(p, lr=1e-3),
+                           lambda p: FusedClipNorm(p, 1.0).clip_norm(p))
+print("graph nodes of the clip + update, torch:", torch_sizes, " fused:", fused_sizes)
+assert sum(fused_sizes) < sum(torch_sizes) / 5
+
+# %%
+# claim O10
+torch_eps = torch.optim.AdamW([torch.zeros(1)]).defaults["eps"]
+fused_eps = FusedAdamW([torch.zeros(1, device=device)]).defaults["eps"]
+print(f"default eps: torch.optim.AdamW {torch_eps:g}, FusedAdamW {fused_eps:g}")
+assert (torch_eps, fused_eps) == (1e-8, 1e-6)
+
+# %% [markdown]
+# ## 11. Tracking memory usage
+#
+# > *`memory_allocated (GB)` refers to the current memory consumption in GB, `max_memory_allocated (GB)` … the maximum memory consumption reached during the run, `total_memory_available (GB)` … the total memory available on the device.*
+#
+# The three numbers Optimum logs every `logging_steps`, taken after an epoch with batch 800:
+
+# %%
+torch.hpu.reset_peak_memory_stats()
+model, optimizer = fresh(torch.optim.Adadelta)
+train_epoch(model, optimizer, torch.utils.data.DataLoader(train_set, batch_size=800))
+import gc
+_ = gc.collect()                           # free what Python no longer references ...
+torch.hpu.synchronize()                    # ... and let the device thread finish its frees
+
+
+# %%
+# claim O11
+def to_gb(b):
+    return round(b / 1024 ** 3, 4)
+stats = {
+    "memory_allocated (GB)": to_gb(torch.hpu.memory_allocated()),
+    "max_memory_allocated (GB)": to_gb(torch.hpu.max_memory_allocated()),
+    "total_memory_available (GB)": to_gb(torch.hpu.mem_get_info()[1]),
+}
+print(stats)
+assert 0 < torch.hpu.memory_allocated() <= torch.hpu.max_memory_allocated() < torch.hpu.mem_get_info()[1]
+assert stats["total_memory_available (GB)"] == 96.0          # a Gaudi 2's HBM (HPU_LAB_MEMORY_LIMIT)
+
+# %% [markdown]
+# ## Summary
+# - Lazy mode gives the compiler whole graphs to fuse; eager mode gives it one op at a time.
+# - A last batch of another size costs a compile: pad it (Optimum's default) or drop it.
+# - The first steps compile; exclude them from throughput (`throughput_warmup_steps`).
+# - HMP's lists (or autocast's) decide each op's dtype; the casts are visible nodes.
+# - `use_hpu_graphs_for_training` is `ModuleCacher`; `pipelining_fwd_bwd` is one more `mark_step` that lets the device
+#   start the forward while the host traces the backward; workers take data preparation off the main thread.
+# - Fused AdamW and clip-norm replace hundreds of small ops by one node (note the different default eps).
+#
+# ## Exercises
+# 1. In section 2, use `batch_size=200`. Which loaders differ now?
+# 2. In section 4, move `optimizer.step()` out of `hmp.disable_casts()`. What happens to the parameters' dtype?
+# 3. In section 7, measure one epoch with and without pipelining on the small MLP. Does it help here? (Notebook 02's host-bound model is a better candidate.)
+# 4. In section 10, compare `torch.optim.AdamW(foreach=True)` with `FusedAdamW`: how many graph nodes each?
