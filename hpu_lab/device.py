@@ -12,7 +12,8 @@ import importlib
 import torch
 
 from . import lazy, ops
-from .tensor import HPU, Inp, new_storage_tensor
+from .runtime import memory
+from .tensor import HPU, Inp, _itemsize, new_storage_tensor, storage_extent
 
 aten = torch.ops.aten
 _registered = False
@@ -62,7 +63,10 @@ def _empty_memory_format(size, *, dtype=None, layout=None, device=None, pin_memo
 
 def _empty_buffer(size, stride, dtype):
     """Uninitialised device memory: no graph node; host memory is only allocated if it is read
-    before being overwritten (``torch.empty(...).to`` writes it whole, the common case)."""
+    before being overwritten (``torch.empty(...).to`` writes it whole, the common case). A buffer
+    that does not fit under the memory Limit is refused here (``x.to("hpu")`` allocates here)."""
+    memory.check_fits(storage_extent(size, stride) * _itemsize(dtype),
+                      f"a {str(dtype).replace('torch.', '')} tensor of shape {tuple(size)}")
     return new_storage_tensor(size, stride, dtype, Inp(None, (size, stride, dtype)))
 
 
