@@ -10,7 +10,8 @@ from __future__ import annotations
 import torch
 
 from . import lazy, ops, warmup
-from .tensor import HPU, Inp, new_storage_tensor
+from .runtime import memory
+from .tensor import HPU, Inp, _itemsize, new_storage_tensor, storage_extent
 
 aten = torch.ops.aten
 _registered = False
@@ -61,8 +62,11 @@ def _empty_memory_format(size, *, dtype=None, layout=None, device=None, pin_memo
 
 def _empty_buffer(size, stride, dtype):
     """Uninitialised device memory: no graph node; host memory is only allocated if it is read
-    before being overwritten (``torch.empty(...).to`` writes it whole, the common case)."""
+    before being overwritten (``torch.empty(...).to`` writes it whole, the common case). A buffer
+    that does not fit under the memory Limit is refused here (``x.to("hpu")`` allocates here)."""
     warmup.wait()                            # the first op on the new tensor needs what it imports
+    memory.check_fits(storage_extent(size, stride) * _itemsize(dtype),
+                      f"a {str(dtype).replace('torch.', '')} tensor of shape {tuple(size)}")
     return new_storage_tensor(size, stride, dtype, Inp(None, (size, stride, dtype)))
 
 

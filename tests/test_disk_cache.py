@@ -219,3 +219,73 @@ def test_processes_sharing_one_small_cache(tmp_path):
     assert all("unusable" not in err for _, err in results)           # no corrupt read (a warning)
     assert any("Removed " in err for _, err in results)               # eviction happened
     assert sum(r["compiles"] + r["disk_hits"] for r, _ in results) == sum(len(s) for s in shapes)
+
+
+# ---------------------------------------------------------------- hostile files (issue 13)
+
+class _Marker:
+    """Unpickling this creates a file: proof that a recipe file ran code."""
+    path = ""
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def _forge(payload: bytes, fmt: int = disk_cache.FORMAT) -> bytes:
+    import hashlib
+    return b"%s %d %d %s\n" % (disk_cache.MAGIC, fmt, len(payload), hashlib.sha256(payload).hexdigest().encode()) + payload
+
+
+@pytest.mark.parametrize("fmt", [1, disk_cache.FORMAT])
+def test_a_forged_pickle_never_runs(fmt, cache_dir, tmp_path, collect):
+    import pickle
+    y = _graph()
+    (name,) = _recipes(cache_dir)
+    text = disk_cache.deserialize((cache_dir / name).read_bytes())["key"]
+    marker = tmp_path / "pwned"
+    _Marker.path = str(marker)
+    # a checksummed file (format 1 was pickle) whose payload would create the marker if unpickled
+    (cache_dir / name).write_bytes(_forge(pickle.dumps({"key": text, "graph": _Marker()}), fmt))
+    hpu_lab.compiler.cache.clear()
+    collect.events.clear()
+    with pytest.warns(disk_cache.DiskCacheWarning, match=f"{name} is unusable .* compiles again"):
+        y2 = _graph()
+    assert not marker.exists()                                      # never unpickled
+    assert len(collect.of(ev.Compile)) == 1 and torch.equal(y2.cpu(), y.cpu())
+    assert disk_cache.deserialize((cache_dir / name).read_bytes())["key"] == text   # replaced
+
+
+def test_a_file_can_only_describe_the_pending_graph(cache_dir, collect):
+    y = _graph()
+    (name,) = _recipes(cache_dir)
+    body = disk_cache.deserialize((cache_dir / name).read_bytes())
+    # right key and checksum, but a graph of other ops: the graph is always built from the
+    # program's own pending ops; a file whose records disagree with them is corrupt
+    body["nodes"][1][1] = "aten::exp"
+    (cache_dir / name).write_bytes(_forge(json.dumps(body).encode()))
+    hpu_lab.compiler.cache.clear()
+    collect.events.clear()
+    with pytest.warns(disk_cache.DiskCacheWarning, match="does not match the pending graph"):
+        y2 = _graph()
+    assert len(collect.of(ev.Compile)) == 1 and torch.equal(y2.cpu(), y.cpu())
+
+
+@pytest.mark.parametrize("field,value", [("peak_bytes", -1), ("node_count", "3"), ("extra", 1), ("nodes", {})])
+def test_malformed_records_are_corrupt(field, value, cache_dir):
+    _graph()
+    (name,) = _recipes(cache_dir)
+    body = disk_cache.deserialize((cache_dir / name).read_bytes())
+    body[field] = value
+    with pytest.raises(disk_cache.Corrupt):
+        disk_cache.deserialize(_forge(json.dumps(body).encode()))
+
+
+def test_a_loaded_recipe_is_lowered_off_the_launch_path(cache_dir):
+    y = _graph()
+    hpu_lab.compiler.cache.clear()
+    n = disk_cache.lowered["recipes"]
+    y2 = _graph()                                   # flush_writes also waits for the lowering
+    (r,) = hpu_lab.compiler.cache.recipes()
+    assert r.from_disk and r.backend == "torchscript" and disk_cache.lowered["recipes"] == n + 1
+    x = torch.arange(7, dtype=torch.float32)
+    assert torch.equal(r.run([x])[0], (x * 2.0 + 1).cos()) and torch.equal(y2.cpu(), y.cpu())

@@ -55,14 +55,31 @@ def _traceable(gm) -> bool:
     return True
 
 
-def lower(gm):
-    """(callable, backend name): the traced function, or gm.forward if tracing is off/fails."""
+# torch.jit.trace announces its own deprecation on every call; recipes are traced all the time
+# (an implementation detail of the emulator, not the user's call): keep that one notice quiet
+# without touching the rest of the process's warning filters
+warnings.filterwarnings("ignore", message=r"`torch\.jit\.trace(_method)?` is deprecated",
+                        category=DeprecationWarning)
+
+
+def lower(gm, quiet: bool = True):
+    """(callable, backend name): the traced function, or gm.forward if tracing is off/fails.
+
+    ``quiet`` silences the tracer's warnings with ``warnings.catch_warnings``, which swaps the
+    process-wide filters: only the host thread may use it. A background thread passes False."""
     if config.get("HPU_LAB_RECIPE_EXECUTOR") != "torchscript" or not _traceable(gm):
         return gm.forward, "fx"
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            traced = torch.jit.trace(gm, tuple(example_inputs(gm)), check_trace=False, strict=False)
+        if quiet:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                traced = _trace(gm)
+        else:
+            traced = _trace(gm)
         return traced, "torchscript"
     except Exception:          # an op TorchScript cannot trace: the fx code is just as correct
         return gm.forward, "fx"
+
+
+def _trace(gm):
+    return torch.jit.trace(gm, tuple(example_inputs(gm)), check_trace=False, strict=False)

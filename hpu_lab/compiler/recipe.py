@@ -59,28 +59,41 @@ class Recipe:
     def run(self, args):
         return self.fn(*args)
 
-    def explain_failure(self, exc, inputs):
-        """Find which node failed (re-running node by node) and name its op and user line."""
+    def explain_failure(self, exc, args):
+        """Find which node failed (re-running node by node) and name its op and user line.
+
+        This runs on the device thread, so it may import nothing: not ``fx.Interpreter.run``,
+        whose progress bar imports multiprocessing and whose error path imports
+        ``torch._inductor`` (while the host may be importing ``torch._dynamo``: a circular,
+        partially initialized import that broke the user's next op). A plain loop instead."""
         if isinstance(exc, DeviceError):
             return exc
         failing = None
-
-        class Finder(torch.fx.Interpreter):
-            def run_node(self, n):
-                nonlocal failing
-                try:
-                    return super().run_node(n)
-                except Exception:
-                    failing = failing or n
-                    raise
-
-        try:
-            from ..runtime.executor import _resolve
-            Finder(self.gm).run(*[_resolve(i) for i in inputs])
-        except Exception:
-            pass
+        if args is not None:               # the recipe's input values (None: they were not ready)
+            try:
+                failing, own = _failing_node(self.gm.graph, args)
+                exc = own or exc           # the op's own error, not TorchScript's wrapper of it
+            except Exception:
+                failing = None
         if failing is not None:
             op = failing.meta.get("op_name", str(failing.target))
             src = failing.meta.get("src", "?")
             return DeviceError(f"{op} failed on the device (op created at {src}): {type(exc).__name__}: {exc}")
         return DeviceError(f"recipe {self.short_key} failed on the device: {type(exc).__name__}: {exc}")
+
+
+def _failing_node(graph, args):
+    """(node, exception) of the first call_function node of ``graph`` that raises on ``args``
+    ((None, None) if none does)."""
+    env = {}
+    it = iter(args)
+    load = env.__getitem__
+    for n in graph.nodes:
+        if n.op == "placeholder":
+            env[n] = next(it)
+        elif n.op == "call_function":
+            try:
+                env[n] = n.target(*torch.fx.node.map_arg(n.args, load), **torch.fx.node.map_arg(n.kwargs, load))
+            except Exception as e:
+                return n, e
+    return None, None

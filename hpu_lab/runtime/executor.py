@@ -43,7 +43,15 @@ class Launch:
 
 
 _launch_ids = itertools.count(1)
-_errors: set = set()     # device errors not yet reported to the user
+# device errors not yet reported to the user. Only the launch where an op failed adds its error;
+# a launch that reads a failed value carries the same error object, so one fault is reported
+# once by synchronize(), and again only to a sync that waits for a value it spoiled.
+_errors: set = set()
+
+
+class _FailedInput(Exception):
+    def __init__(self, error):
+        self.error = error
 
 
 def _resolve(inp):
@@ -54,8 +62,38 @@ def _resolve(inp):
     if src is None:                      # empty memory never written before: allocate it now
         return inp.get()
     if src.error is not None:
-        raise DeviceError(f"input produced by a failed launch: {src.error}")
+        raise _FailedInput(src.error)
     return src.outputs[inp.idx]
+
+
+_NOTHING = torch.empty(0)
+
+
+def _args(launch):
+    """The recipe's inputs. A failed value that the recipe does not read (the ops that read it
+    were dead code: the program dropped their results) is not needed: it fails nothing."""
+    unused = _unused_inputs(launch.recipe)
+    out = []
+    for k, inp in enumerate(launch.inputs):
+        try:
+            out.append(_resolve(inp))
+        except _FailedInput:
+            if k not in unused:
+                raise
+            out.append(_NOTHING)
+    return out
+
+
+def _unused_inputs(recipe) -> frozenset:
+    u = getattr(recipe, "_unused_inputs", None)
+    if u is None:
+        u = frozenset()
+        gm = getattr(recipe, "gm", None)
+        if gm is not None:
+            ph = [n for n in gm.graph.nodes if n.op == "placeholder"]
+            u = frozenset(k for k, n in enumerate(ph) if not n.users)
+        recipe._unused_inputs = u
+    return u
 
 
 class Stream:
@@ -102,12 +140,16 @@ class Stream:
                 continue
             t0 = ev.now()
             ok = True
+            args = None
             try:
-                args = [_resolve(i) for i in launch.inputs]
+                args = _args(launch)
                 launch.outputs = launch.recipe.run(args)
+            except _FailedInput as e:       # an input is spoiled: its error, not a new one
+                ok = False
+                launch.error = e.error
             except BaseException as e:  # noqa: BLE001 - reported at the next sync
                 ok = False
-                launch.error = launch.recipe.explain_failure(e, launch.inputs)
+                launch.error = launch.recipe.explain_failure(e, args)
                 _errors.add(launch.error)
             launch.inputs = None   # drop references: the buffers may be freed now
             t1 = ev.now()

@@ -50,6 +50,19 @@ def in_use() -> int:
     return _s["InUse"]
 
 
+def check_fits(nbytes: int, what: str) -> None:
+    """Refuse (OOM) a new device buffer that does not fit under Limit; nothing is allocated then.
+    Host->device copies and ``torch.empty(..., device="hpu")`` allocate through here: a copy that
+    does not fit fails at its own line, not in a later, unrelated graph."""
+    lim = limit()
+    with _lock:
+        if _s["InUse"] + nbytes > lim:
+            raise HPUOutOfMemoryError(
+                f"Device out of memory: allocating {_fmt(nbytes)} for {what} on top of InUse "
+                f"{_fmt(_s['InUse'])} but the Limit is {_fmt(lim)} (MaxInUse {_fmt(_s['MaxInUse'])}). "
+                f"Free tensors you no longer need, lower the batch size, or raise HPU_LAB_MEMORY_LIMIT.")
+
+
 def reserve_transient(peak_bytes: int, what: str, held: int = 0) -> None:
     """Account a recipe's transient peak; refuse it (OOM) if it cannot fit under Limit.
 
