@@ -19,6 +19,7 @@ try ``swap_tensors`` on parameters, which HPUTensor's ``__slots__`` forbid.
 from __future__ import annotations
 
 import importlib.abc
+import inspect
 import operator
 import os
 import re
@@ -100,7 +101,7 @@ class _Protocol:
 
 def _make_traceable() -> None:
     from torch.nn.utils import parametrize
-    _HIDDEN_FROM.add(torch.nn.Module._apply.__code__)
+    _HIDDEN_FROM.add(inspect.unwrap(torch.nn.Module._apply).__code__)   # module_apply wraps it
     _HIDDEN_FROM.add(parametrize._maybe_set.__code__)      # the other swap_tensors user
     from torch._subclasses.meta_utils import MetaTensorDescriber
     _HIDDEN_FROM_VIEWS.add(MetaTensorDescriber.describe_tensor.__code__)
