@@ -30,6 +30,9 @@ _fallback.install()  # ops/dtypes that do not run on HPU go to the CPU (seed 003
 from . import compile_backend as _compile_backend  # noqa: E402
 
 _compile_backend.install()  # torch.compile(backend="hpu_backend"), registered when dynamo loads
+from . import module_apply as _module_apply  # noqa: E402
+
+_module_apply.install()     # Module.to("hpu") keeps shared parameters shared (claim M12)
 from . import distributed as _distributed  # noqa: E402,F401  # init_process_group("hccl") (REFERENCE 7)
 
 from . import _disk_hooks  # noqa: E402

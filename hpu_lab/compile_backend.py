@@ -19,6 +19,7 @@ try ``swap_tensors`` on parameters, which HPUTensor's ``__slots__`` forbid.
 from __future__ import annotations
 
 import importlib.abc
+import inspect
 import operator
 import os
 import re
@@ -41,6 +42,10 @@ CPU = torch.device("cpu")
 
 # ---------------------------------------------------------------- HPUTensor, traceable for dynamo
 
+_DYNAMO_MARKS = ("_dynamo_dynamic_indices", "_dynamo_unbacked_indices", "_dynamo_weak_dynamic_indices",
+                 "_dynamo_static_indices", "_dynamo_dynamic_range", "_dynamo_hint_overrides")
+
+
 class HPUBuffer(torch.Tensor):
     """HPUTensor's inner tensor for dynamo: the same device memory, as a plain-looking tensor."""
     __slots__ = ("_t",)
@@ -50,6 +55,12 @@ class HPUBuffer(torch.Tensor):
         r = torch.Tensor._make_wrapper_subclass(cls, t._size, strides=t._stride, storage_offset=t._offset,
                                                 dtype=t.dtype, device=HPU)
         r._t = t
+        # mark_dynamic marks the HPUTensor; dynamo fakes the inner tensor with its own symbolic
+        # context, which must be as dynamic, or the outer size would be specialised to its value
+        for name in _DYNAMO_MARKS:
+            v = t.__dict__.get(name)
+            if v is not None:
+                setattr(r, name, type(v)(v))
         return r
 
     @classmethod
@@ -90,7 +101,7 @@ class _Protocol:
 
 def _make_traceable() -> None:
     from torch.nn.utils import parametrize
-    _HIDDEN_FROM.add(torch.nn.Module._apply.__code__)
+    _HIDDEN_FROM.add(inspect.unwrap(torch.nn.Module._apply).__code__)   # module_apply wraps it
     _HIDDEN_FROM.add(parametrize._maybe_set.__code__)      # the other swap_tensors user
     from torch._subclasses.meta_utils import MetaTensorDescriber
     _HIDDEN_FROM_VIEWS.add(MetaTensorDescriber.describe_tensor.__code__)

@@ -34,7 +34,11 @@ def view(base, size, stride, offset, base_stride):
 def scatter(base, src, size, stride, offset, base_stride):
     """The storage value after writing ``src`` into its view (size, stride, offset)."""
     out = _layout_ok(base, base_stride).clone()
-    out.as_strided(size, stride, offset).copy_(src)
+    dst = out.as_strided(size, stride, offset)
+    for d, (s, st) in enumerate(zip(size, stride)):
+        if st == 0 and s > 1:        # an expanded view (fill_ of t.expand(...)): one write per location
+            dst, src = dst.narrow(d, 0, 1), src.narrow(d, 0, 1)
+    dst.copy_(src)
     return out
 
 

@@ -95,11 +95,28 @@ def read_ref(t):
     return r
 
 
+# In-place ops CPU lets write through a view whose elements share memory (an expand): all the
+# elements sharing a location receive the same value. Every other op refuses, with this message.
+OVERLAP_OK = {"aten::fill_", "aten::zero_", "aten::masked_fill_", "aten::index_fill_",
+              "aten::index_put_", "aten::_index_put_impl_"}
+_OVERLAP_MSG = ("unsupported operation: more than one element of the written-to tensor refers to a single "
+                "memory location. Please clone() the tensor before performing the operation.")
+
+
+def _overlapping(t) -> bool:
+    for s, st in zip(t._size, t._stride):
+        if st == 0 and s > 1:
+            return True
+    return False
+
+
 def write(t, r, op: str = "") -> None:
     """t's elements now hold value r (an Out or Inp with t's shape and dtype); ``op`` names the
     writing op for errors."""
     st = t._st
     pg = S.pg
+    if op not in OVERLAP_OK and not _full(t) and _overlapping(t):
+        raise RuntimeError(_OVERLAP_MSG)       # as CPU, at the op (not when the graph runs)
     if S.capture is not None and not _full(t):
         S.capture.refuse_view_write(t, op or "in-place op", _src())   # seed 001: unsupported
     if _full(t):
@@ -877,11 +894,25 @@ def lift_fresh(func, args, kwargs):
 
 
 def inplace_view(func, args, kwargs):
-    # squeeze_, transpose_, as_strided_...: they change a tensor's shape in place, which a
-    # wrapper tensor cannot do; fail loudly rather than compute with the old shape
-    raise NotImplementedError(
-        f"{ops.op_name(func)}: in-place view ops (changing a tensor's shape in place) are not supported "
-        f"on hpu in hpu_lab; use the out-of-place form ({ops.op_name(func).rstrip('_')})")
+    """squeeze_, unsqueeze_, t_, transpose_, swapdims_, as_strided_: the tensor itself becomes the
+    view. No node and no data moves: the view's (size, stride, offset) comes from the functional
+    twin (squeeze, ...), then the wrapper's own metadata is set to it (torch's decompositions use
+    these, e.g. matmul(vector, matrix) and quantile)."""
+    x = args[0]
+    functional = ops.INPLACE_VIEW.get(func)
+    if functional is None or not isinstance(x, HPUTensor):
+        raise NotImplementedError(f"{ops.op_name(func)} is not supported on hpu in hpu_lab")
+    v = view_op(functional, args, kwargs)
+    set_view_meta(x, v._size, v._stride, v._offset)
+    return x
+
+
+def set_view_meta(x, size, stride, offset) -> None:
+    """Make the wrapper ``x`` the view (size, stride, offset) of its storage, in place."""
+    with torch._C._DisableTorchDispatch():
+        aten.as_strided_.default(x, size, stride, offset)
+    x._size, x._stride, x._offset = tuple(size), tuple(stride), offset
+    x._rc = None
 
 
 def physical(op):
@@ -922,6 +953,8 @@ def _resolve(func):
     h = SPECIAL.get(func)
     if h is not None:
         return h
+    if func in ops.INPLACE_VIEW:
+        return inplace_view
     if func in ops.DATA_DEPENDENT:
         return _data_dependent
     if torch.Tag.nondeterministic_seeded in getattr(func, "tags", ()):

@@ -29,6 +29,23 @@ RANDOM_INPLACE = {
 }
 
 
+# In-place view ops: the tensor itself becomes a view (a metadata change, no data moves), and the
+# view op computing the new (size, stride, offset). Listed, because neither the inplace_view tag
+# (squeeze_ lacks it) nor the name (transpose_ -> transpose.int) finds every twin.
+INPLACE_VIEW = {
+    aten.as_strided_.default: aten.as_strided.default,
+    aten.t_.default: aten.t.default,
+    aten.transpose_.default: aten.transpose.int,
+    aten.swapdims_.default: aten.transpose.int,
+    aten.swapaxes_.default: aten.transpose.int,
+    aten.unsqueeze_.default: aten.unsqueeze.default,
+    aten.squeeze_.default: aten.squeeze.default,
+    aten.squeeze_.dim: aten.squeeze.dim,
+    aten.squeeze_.dims: aten.squeeze.dims,
+    aten.detach_.default: aten.detach.default,
+}
+
+
 class MetaFailure(Exception):
     """The op has no usable meta kernel (or its output depends on the data)."""
 

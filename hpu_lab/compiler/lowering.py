@@ -4,8 +4,14 @@ The graph compiler's last step: the fx GraphModule is traced by ``torch.jit.trac
 tensors of the recipe's input layouts. The traced graph runs each op without Python between
 them, about twice as fast as the fx code, and holds the interpreter lock for far fewer handoffs
 while the host traces the next step (the executor is a thread of this process). Tracing is
-exact here: a recipe has static shapes, no data-dependent control flow and no random ops
-(random numbers are drawn on the host), so the trace records every op the fx code runs.
+possible here: a recipe has static shapes, no data-dependent control flow and no random ops
+(random numbers are drawn on the host). But a trace can silently differ from the code it traced:
+an op the tracer does not see (e.g. a convolution traced inside dynamo's runtime, where the Python
+dispatch keys are on) is baked into the trace as a constant tensor, and a Python branch on a
+layout (``graph._layout_ok``) is baked for the example inputs' layouts. A recipe executor must never
+change a result, so the lowering is used only when it is known to be equal: traced in a clean
+dispatch state, holding no tensor constant and at least as many aten ops as the fx code, and run
+only on inputs laid out as the trace's examples were (``Recipe.run`` checks; else the fx code runs).
 ``HPU_LAB_RECIPE_EXECUTOR=fx`` keeps the fx code; a graph that cannot be traced keeps it too.
 """
 from __future__ import annotations
@@ -62,23 +68,63 @@ warnings.filterwarnings("ignore", message=r"`torch\.jit\.trace(_method)?` is dep
                         category=DeprecationWarning)
 
 
+def _aten_ops(gm) -> int:
+    """How many aten ops the fx code calls (helpers and wrapped in-place ops included)."""
+    n = 0
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is not operator.getitem:
+            n += 1
+    return n
+
+
+def faithful(traced, gm) -> bool:
+    """Does the trace record the fx code's computation? It must hold no tensor constant (a value
+    the tracer saw computed without recording the op) and no fewer ops than the fx code calls."""
+    n_ops = 0
+    for node in traced.inlined_graph.nodes():
+        kind = node.kind()
+        if kind == "prim::Constant":
+            if any(isinstance(o.type(), torch._C.TensorType) for o in node.outputs()):
+                return False
+        elif kind.startswith("aten::"):
+            n_ops += 1
+    return n_ops >= _aten_ops(gm)
+
+
+def input_layouts(gm):
+    """The (size, stride) of each input the trace was made with: it is valid only for those."""
+    return tuple((tuple(x.shape), tuple(x.stride())) for x in example_inputs(gm))
+
+
+def _clean_dispatch():
+    """No Python dispatch key while tracing: with one on (a recipe compiled while dynamo's runtime
+    runs), some ops dispatch past the tracer and would be recorded as constants."""
+    keys = torch._C.DispatchKeySet(torch._C.DispatchKey.Python) | \
+        torch._C.DispatchKeySet(torch._C.DispatchKey.PythonTLSSnapshot)
+    return torch._C._ExcludeDispatchKeyGuard(keys)
+
+
 def lower(gm, quiet: bool = True):
-    """(callable, backend name): the traced function, or gm.forward if tracing is off/fails.
+    """(callable, backend name): the traced function, or gm.forward if tracing is off, fails, or
+    its trace is not known to compute what the fx code computes.
 
     ``quiet`` silences the tracer's warnings with ``warnings.catch_warnings``, which swaps the
     process-wide filters: only the host thread may use it. A background thread passes False."""
     if config.get("HPU_LAB_RECIPE_EXECUTOR") != "torchscript" or not _traceable(gm):
         return gm.forward, "fx"
     try:
-        if quiet:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
+        with _clean_dispatch():
+            if quiet:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    traced = _trace(gm)
+            else:
                 traced = _trace(gm)
-        else:
-            traced = _trace(gm)
-        return traced, "torchscript"
     except Exception:          # an op TorchScript cannot trace: the fx code is just as correct
         return gm.forward, "fx"
+    if not faithful(traced, gm):
+        return gm.forward, "fx"
+    return traced, "torchscript"
 
 
 def _trace(gm):
