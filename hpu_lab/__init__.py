@@ -30,6 +30,9 @@ _fallback.install()  # ops/dtypes that do not run on HPU go to the CPU (seed 003
 from . import compile_backend as _compile_backend  # noqa: E402
 
 _compile_backend.install()  # torch.compile(backend="hpu_backend"), registered when dynamo loads
+from . import pinned as _pinned  # noqa: E402
+
+_pinned.install()           # tensor.pin_memory() / is_pinned() for the hpu device (pinned.py)
 from . import distributed as _distributed  # noqa: E402,F401  # init_process_group("hccl") (REFERENCE 7)
 
 

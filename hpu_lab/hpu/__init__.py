@@ -19,6 +19,14 @@ def is_initialized() -> bool:
     return True
 
 
+def init() -> None:
+    """Initialise the device (hpu_lab's is ready once ``import hpu_lab`` has run)."""
+
+
+def _lazy_call(fn):
+    fn()             # torch defers some device calls until init; hpu_lab's device is always ready
+
+
 def _is_in_bad_fork() -> bool:
     return False
 
