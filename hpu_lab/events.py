@@ -132,8 +132,14 @@ class HostSync(Event):
 
 @dataclass(frozen=True)
 class HostToDevice(Event):
+    """One host-to-device transfer (hpu_lab/transfers.py says which path each kind takes)."""
     nbytes: int = 0
     src: str = ""
+    pinned: bool = False        # the source was in pinned (page-locked) host memory
+    non_blocking: bool = False  # the caller asked for non_blocking=True
+    staging_bytes: int = 0      # bytes the host first copied into a staging buffer (pageable source)
+    stream: int = -1            # -1: the host did the transfer and waited; else the stream it was queued on
+    op: str = ""                # what asked for it: "aten::copy_", or "<op> (CPU operand)"
 
 
 @dataclass(frozen=True)

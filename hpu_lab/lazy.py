@@ -164,6 +164,9 @@ def wrap_new(meta, value) -> HPUTensor:
 
 # ---------------------------------------------------------------- the generic lazy op
 
+_CPU_OPERANDS = [True]     # CPU tensor args of hpu ops are copied to the device (issue 11, point 5)
+
+
 def _same_device_error(dev):
     return RuntimeError("Expected all tensors to be on the same device, but found at least two "
                         f"devices, hpu:0 and {dev}!")
@@ -195,6 +198,14 @@ def _walk(a, pg, refs, mkeys):
             inp = Inp(a.detach().clone(), ((), (), a.dtype))
             refs.append(inp)
             mkeys.append(("cpu0", a.dtype))
+            return inp, ref_sig(pg, inp)
+        if a.device.type == "cpu" and _CPU_OPERANDS:
+            # as the bridge's LazyOp::set_inputs: a CPU operand is copied to the device (transfers.py)
+            from .transfers import operand
+            v = operand(a)
+            inp = Inp(v, (tuple(v.shape), tuple(v.stride()), v.dtype))
+            refs.append(inp)
+            mkeys.append((inp.meta[0], inp.meta[1], v.dtype))
             return inp, ref_sig(pg, inp)
         raise _same_device_error(a.device)
     if t is torch.device:
@@ -758,14 +769,20 @@ def copy_(func, args, kwargs):
             r = lazy_op(aten.copy.default, (dst, src_t), {})   # functional copy (broadcast + cast)
             write(dst, _value_ref(r), "aten::copy_")
             return dst
-        # host -> device: the DMA happens now
-        t0 = ev.now()
-        val = torch.empty_strided(dst._size, dst._stride, dtype=dst.dtype)
-        val.copy_(src_t)
-        write_concrete(dst, val, op="aten::copy_")
-        if ev.wants(ev.HostToDevice):
-            ev.emit(ev.HostToDevice(t0, ev.now(), "host", ev.recorder.step,
-                                    nbytes=val.numel() * val.element_size(), src=user_src(3)))
+        # host -> device: pinned + non_blocking is queued on the current stream, else the host
+        # copies now (through a staging buffer if the source is pageable): transfers.py
+        from .transfers import host_to_device
+        val, launch = host_to_device(dst._size, dst._stride, dst.dtype, src_t, non_blocking, "aten::copy_",
+                                     user_src(3), None if S.capture is not None else S.stream)
+        if launch is None:
+            write_concrete(dst, val, op="aten::copy_")
+        else:
+            meta = (dst._size, dst._stride, dst.dtype)
+            if _full(dst) and meta[1] == dst._st.stride:
+                dst._st.value = Inp(None, meta, launch=launch)
+                dst._rc = None
+            else:
+                write(dst, Inp(None, meta, launch=launch), "aten::copy_")
         return dst
     # device -> host into an existing CPU tensor
     dst.copy_(to_cpu(src_t, ".cpu()"), non_blocking=non_blocking)
@@ -785,7 +802,7 @@ def to_copy(func, args, kwargs):
         if kw.get("dtype") is not None or kw.get("memory_format") is not None:
             out = out.to(**{k: v for k, v in kw.items() if k in ("dtype", "memory_format")})
         if kwargs.get("pin_memory"):
-            out = out.pin_memory() if torch.cuda.is_available() else out
+            out = out.pin_memory()          # hpu_lab/pinned.py
         return out
     return lazy_op(func, args, kwargs)
 

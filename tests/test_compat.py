@@ -1,5 +1,7 @@
 """habana_frameworks imports resolve to hpu_lab; ``python -m hpu_lab run script.py`` runs Gaudi code."""
 import importlib
+import importlib.abc
+import importlib.machinery
 import os
 import subprocess
 import sys
@@ -34,8 +36,43 @@ def test_core_and_hpu_modules(habana):
     assert ht.hpu.HPUGraph is hpu_lab.graphs.HPUGraph and ht.hpu.wrap_in_hpu_graph is hpu_lab.graphs.wrap_in_hpu_graph
     load_habana_module()
     # aliasing leaves hpu_lab's own modules as they were
-    assert hpu_lab.core.__spec__.name == "hpu_lab.core" and not hasattr(hpu_lab.core, "__path__")
-    assert hpu_lab.metrics.__spec__.name == "hpu_lab.metrics"
+    assert hpu_lab.core.__spec__.name == "hpu_lab.core" and hpu_lab.core.__path__ == hpu_lab.core.__spec__.submodule_search_locations
+    assert hpu_lab.metrics.__spec__.name == "hpu_lab.metrics" and not hasattr(hpu_lab.metrics, "__path__")
+
+
+def _fresh(code, tmp_path, env=None):
+    """Run ``code`` in a new interpreter with habana imports enabled (nothing imported yet)."""
+    script = tmp_path / "fresh.py"
+    script.write_text(textwrap.dedent(code))
+    e = dict(os.environ, PYTHONPATH=ROOT, **(env or {}))
+    return subprocess.run([sys.executable, "-m", "hpu_lab", "run", str(script)], cwd=tmp_path, env=e,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_every_alias_imports_both_ways_in_a_fresh_process(tmp_path):
+    # `from a.b import c` goes through getattr(a.b, "c") and then a.b.__name__ + ".c": the alias must
+    # answer both, in a process where nothing was imported before (issue 11, point 3)
+    names = sorted(set(compat.ALIASES) | set(compat.PREFIXES) | {
+        "habana_frameworks.torch.hpu.random", "habana_frameworks.torch.hpu.memory",
+        "habana_frameworks.torch.hpu.graphs", "habana_frameworks.torch.hpu.streams",
+        "habana_frameworks.torch.hpu.events", "habana_frameworks.torch.core.weight_sharing",
+        "habana_frameworks.torch.hpex.kernels", "habana_frameworks.torch.hpex.optimizers"})
+    # one process: a from-import only ever follows imports of *other* names, never of its own
+    lines = []
+    for i, name in enumerate(names):
+        parent, leaf = name.rsplit(".", 1)
+        lines.append(f"from {parent} import {leaf} as m{i}")
+        lines.append(f"assert m{i} is importlib.import_module({name!r}), {name!r}")
+    r = _fresh("import importlib\n" + "\n".join(lines) + "\nprint('ok')\n", tmp_path)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-3000:]
+
+
+def test_hpu_submodules_are_the_real_packages_layout(habana):
+    from habana_frameworks.torch.hpu import random, memory, graphs, streams, events, metrics
+    import habana_frameworks.torch.core.weight_sharing as ws
+    assert random.manual_seed_all is torch.hpu.manual_seed_all and memory.memory_stats is torch.hpu.memory_stats
+    assert graphs.HPUGraph is torch.hpu.HPUGraph and streams.Stream is torch.hpu.Stream
+    assert events.Event is torch.hpu.Event and metrics is hpu_lab.metrics and callable(ws.enable_weight_sharing)
 
 
 @pytest.mark.parametrize("name", ["kernels", "optimizers", "normalization", "hmp"])
@@ -50,6 +87,41 @@ def test_hpex_modules_alias_lazily(habana, name):
         assert importlib.import_module(alias) is real
 
 
+def test_unmapped_names_let_other_importers_try(habana, tmp_path, monkeypatch):
+    # issue 11, point 4: a name hpu_lab does not map is left to the other finders (here a stub file
+    # of the user's under habana_frameworks/torch/ on sys.path, and a finder of the user's own)
+    stub = tmp_path / "habana_frameworks" / "torch" / "my_stub.py"
+    stub.parent.mkdir(parents=True)
+    stub.write_text("VALUE = 7\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    compat.disable_habana_imports()
+    compat.enable_habana_imports()
+    import habana_frameworks.torch.my_stub as m
+    assert m.VALUE == 7
+
+    class UserFinder(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name == "habana_frameworks.torch.user_thing":
+                return importlib.machinery.ModuleSpec(name, UserLoader())
+            return None
+
+    class UserLoader(importlib.abc.Loader):
+        def create_module(self, spec):
+            return None
+
+        def exec_module(self, module):
+            module.answer = 42
+
+    finder = UserFinder()
+    sys.meta_path.append(finder)            # after hpu_lab's last-resort finder, on purpose
+    try:
+        import habana_frameworks.torch.user_thing as u
+        assert u.answer == 42
+    finally:
+        sys.meta_path.remove(finder)
+    assert compat.target_of("habana_frameworks.torch.user_thing") is None
+
+
 def test_missing_or_unknown_modules_fail_clearly(habana):
     try:
         importlib.import_module("hpu_lab.distributed.hccl")
@@ -62,6 +134,8 @@ def test_missing_or_unknown_modules_fail_clearly(habana):
             import habana_frameworks.torch.distributed.hccl  # noqa: F401
     with pytest.raises(ModuleNotFoundError, match="hpu_lab does not emulate habana_frameworks.torch.gpu_migration"):
         import habana_frameworks.torch.gpu_migration  # noqa: F401
+    with pytest.raises(ModuleNotFoundError, match="hpu_lab does not emulate habana_frameworks.torch.hpu.nothing"):
+        import habana_frameworks.torch.hpu.nothing  # noqa: F401      (under a prefix, absent in hpu_lab)
     import habana_frameworks.torch as ht
     with pytest.raises(AttributeError, match="does not emulate"):
         ht.nothing_here

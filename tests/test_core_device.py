@@ -66,9 +66,11 @@ def test_repr_shows_grad_fn_and_dtype():
     assert "dtype=torch.bfloat16" in repr(torch.ones(2, dtype=torch.bfloat16, device="hpu"))
 
 
-def test_cpu_and_hpu_tensors_do_not_mix():
+def test_cpu_operands_of_hpu_ops():
+    # as the Gaudi bridge does, a CPU operand is copied to the device (tests/test_compat_transfers.py)
+    assert (torch.ones(2, device="hpu") + torch.ones(2)).device.type == "hpu"
     with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
-        torch.ones(2, device="hpu") + torch.ones(2)
+        torch.ones(2).add_(torch.ones(2, device="hpu"))      # a CPU tensor written by an hpu op
     # a 0-dim CPU tensor is a scalar, as on CUDA
     assert (torch.ones(2, device="hpu") * torch.tensor(3.0)).tolist() == [3.0, 3.0]
     with pytest.raises(TypeError, match="Use Tensor.cpu"):

@@ -86,6 +86,7 @@ def lanes_of(events: Sequence[ev.Event]) -> List[str]:
     """'host' first, then every device stream seen (executions or launches), in stream order."""
     dev = {e.lane for e in events if isinstance(e, ev.DeviceExecution)}
     dev |= {f"hpu:{e.stream}" for e in events if isinstance(e, ev.Launch)}
+    dev |= {e.lane for e in events if isinstance(e, ev.HostToDevice) and e.lane != "host"}  # queued copies
     return ["host"] + sorted(dev, key=lambda s: (len(s), s))
 
 

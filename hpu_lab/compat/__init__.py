@@ -5,40 +5,51 @@
     import habana_frameworks.torch.core as htcore      # hpu_lab.core
     import habana_frameworks.torch as ht               # ht.hpu is torch.hpu, ht.core is htcore
 
-``python -m hpu_lab run script.py`` does this before running the script. A meta-path finder maps
-each ``habana_frameworks`` module name to the hpu_lab module that emulates it, importing that module
-only when the alias is imported, so a part of hpu_lab that is missing fails only where it is used,
-with an ImportError naming both modules. The finder goes first in ``sys.meta_path``: with it
-enabled, hpu_lab answers even where a real ``habana_frameworks`` is installed.
+``python -m hpu_lab run script.py`` does this before running the script.
+
+Two meta-path finders do the mapping:
+
+- ``HabanaFinder`` (first in ``sys.meta_path``) maps each ``habana_frameworks`` name hpu_lab emulates
+  to the hpu_lab module standing for it (``ALIASES``: one name; ``PREFIXES``: a whole subtree, name
+  for name), importing that module only when the alias is imported, so a missing part of hpu_lab
+  fails only where it is used. With it enabled, hpu_lab answers even where a real
+  ``habana_frameworks`` is installed. For any other name it returns None: other importers (a user's
+  own finder, a stub file under a ``habana_frameworks/`` folder on ``sys.path``) get their turn.
+- ``NotEmulatedFinder`` (last) is reached only when nothing else found the name: it raises
+  "hpu_lab does not emulate <name>" with the list of what is emulated.
+
+To emulate one more module, add a line to ``ALIASES`` (or ``PREFIXES`` for a package whose hpu_lab
+counterpart mirrors its layout); ``tests/test_compat.py`` imports every entry both ways
+(``import a.b.c`` and ``from a.b import c``) in a fresh process.
 """
 from __future__ import annotations
 
 import importlib
 import importlib.abc
 import importlib.machinery
+import importlib.util
+import os
 import sys
 import types
 
 ROOT = "habana_frameworks"
 
-# habana_frameworks module -> the hpu_lab module that stands for it
+# habana_frameworks module -> the hpu_lab module that stands for it (checked before PREFIXES)
 ALIASES = {
+    "habana_frameworks.torch.hpu.metrics": "hpu_lab.metrics",
+    "habana_frameworks.torch.utils.library_loader": "hpu_lab.compat.library_loader",
+    "habana_frameworks.torch.utils.debug": "hpu_lab.compat.debug",
+    "habana_frameworks.torch.utils.experimental": "hpu_lab.compat.experimental",
+}
+# everything below these maps name for name (hpex.kernels -> hpu_lab.hpex.kernels, ...): the hpu_lab
+# package mirrors the real one's layout, so ``from <prefix> import <submodule>`` works as well
+PREFIXES = {
     "habana_frameworks.torch.core": "hpu_lab.core",
     "habana_frameworks.torch.hpu": "hpu_lab.hpu",
-    "habana_frameworks.torch.hpu.metrics": "hpu_lab.metrics",
-    "habana_frameworks.torch.hpu.graphs": "hpu_lab.graphs",
-    "habana_frameworks.torch.hpu.streams": "hpu_lab.graphs.streams",
-    "habana_frameworks.torch.hpu.events": "hpu_lab.graphs.streams",
-    "habana_frameworks.torch.hpu.memory": "hpu_lab.hpu",
-    "habana_frameworks.torch.hpu.random": "hpu_lab.hpu",
-    "habana_frameworks.torch.utils.library_loader": "hpu_lab.compat.library_loader",
-}
-# everything below these maps name for name (hpex.kernels -> hpu_lab.hpex.kernels, ...)
-PREFIXES = {
     "habana_frameworks.torch.hpex": "hpu_lab.hpex",
     "habana_frameworks.torch.distributed": "hpu_lab.distributed",
 }
-# namespace packages with nothing of their own
+# packages with nothing of their own: their attributes are the aliased submodules
 PACKAGES = ("habana_frameworks", "habana_frameworks.torch", "habana_frameworks.torch.utils")
 
 
@@ -52,18 +63,34 @@ def target_of(name: str):
     return None
 
 
+def emulated() -> list:
+    """Every emulated module name (a prefix stands for its whole subtree)."""
+    return sorted(set(ALIASES) | set(PREFIXES) | set(PACKAGES))
+
+
+def _search_path(name: str) -> list:
+    """Folders a ``name`` package has on ``sys.path`` (a user's stubs, or a real install): submodules
+    hpu_lab does not emulate are looked for there, by the ordinary path finder."""
+    parts = name.split(".")
+    return [p for p in (os.path.join(d or os.getcwd(), *parts) for d in sys.path if isinstance(d, str))
+            if os.path.isdir(p)]
+
+
 class _Package(types.ModuleType):
-    """``habana_frameworks`` and ``habana_frameworks.torch``: attributes are the aliased submodules
+    """``habana_frameworks``, ``habana_frameworks.torch``, ``...utils``: attributes are the submodules
     (``ht.hpu``, ``ht.core``), imported on first access as the real package imports them."""
 
     def __getattr__(self, attr):
         if attr.startswith("__"):
             raise AttributeError(attr)
         name = f"{self.__name__}.{attr}"
-        if target_of(name) is None and name not in PACKAGES:
+        try:
+            return importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name != name:
+                raise
             raise AttributeError(f"module {self.__name__!r} has no attribute {attr!r} "
-                                 f"(hpu_lab does not emulate {name})")
-        return importlib.import_module(name)
+                                 f"(hpu_lab does not emulate {name})") from None
 
 
 class _Loader(importlib.abc.Loader):
@@ -74,7 +101,7 @@ class _Loader(importlib.abc.Loader):
     def create_module(self, spec):
         if self.target is None:
             m = _Package(spec.name)
-            m.__path__ = []
+            m.__path__ = _search_path(spec.name)
             return m
         try:
             module = importlib.import_module(self.target)
@@ -82,32 +109,64 @@ class _Loader(importlib.abc.Loader):
             raise ImportError(f"{spec.name} is emulated by {self.target}, which is not available: {e}",
                               name=spec.name) from e
         # the import system is about to stamp the alias's spec (and maybe a __path__) on the module
-        self._saved = (module.__dict__.get("__spec__"), "__path__" in module.__dict__)
+        self._saved = (module.__dict__.get("__spec__"), "__path__" in module.__dict__,
+                       module.__dict__.get("__path__"))
         return module
 
     def exec_module(self, module):
         if self._saved is not None:                  # keep hpu_lab's modules as they were
-            spec, had_path = self._saved
+            spec, had_path, path = self._saved
             module.__spec__ = spec
-            if not had_path:
+            if had_path:
+                module.__path__ = path
+            else:
                 module.__dict__.pop("__path__", None)
             self._saved = None
 
 
 class HabanaFinder(importlib.abc.MetaPathFinder):
+    """Maps the emulated ``habana_frameworks`` names to hpu_lab; None for every other name."""
+
     def find_spec(self, name, path=None, target=None):
         if name != ROOT and not name.startswith(ROOT + "."):
             return None
         if name in PACKAGES:
             return importlib.machinery.ModuleSpec(name, _Loader(None), is_package=True)
         t = target_of(name)
-        if t is None:
-            raise ModuleNotFoundError(f"hpu_lab does not emulate {name} (known: "
-                                      f"{', '.join(sorted(set(ALIASES) | set(PREFIXES)))})", name=name)
+        if t is None or (name not in ALIASES and not _exists(t)):
+            return None
         return importlib.machinery.ModuleSpec(name, _Loader(t), is_package=True)
 
 
+def _exists(module: str) -> bool:
+    """Whether hpu_lab has ``module`` (for names under a prefix: hpu_lab.hpu.foo may not exist)."""
+    if module in sys.modules:
+        return True
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:        # its parent package failed to import: let the loader report it
+        return True
+
+
+class NotEmulatedFinder(importlib.abc.MetaPathFinder):
+    """Last resort for ``habana_frameworks`` names: asks the finders placed after it (so it need not
+    stay last), then fails with a message that says what hpu_lab does emulate."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != ROOT and not name.startswith(ROOT + "."):
+            return None
+        finders = sys.meta_path
+        later = finders[finders.index(self) + 1:] if self in finders else []
+        for f in later:
+            spec = f.find_spec(name, path, target) if hasattr(f, "find_spec") else None
+            if spec is not None:
+                return spec
+        raise ModuleNotFoundError(f"No module named {name!r}: hpu_lab does not emulate {name} (emulated: "
+                                  f"{', '.join(emulated())}; see hpu_lab.compat.ALIASES)", name=name)
+
+
 _finder = HabanaFinder()
+_last = NotEmulatedFinder()
 
 
 def enable_habana_imports() -> None:
@@ -115,12 +174,15 @@ def enable_habana_imports() -> None:
     import hpu_lab  # noqa: F401  - registers the "hpu" device first
     if _finder not in sys.meta_path:
         sys.meta_path.insert(0, _finder)
+    if _last not in sys.meta_path:
+        sys.meta_path.append(_last)
 
 
 def disable_habana_imports() -> None:
     """Undo ``enable_habana_imports`` (and forget the aliases already imported)."""
-    if _finder in sys.meta_path:
-        sys.meta_path.remove(_finder)
+    for f in (_finder, _last):
+        if f in sys.meta_path:
+            sys.meta_path.remove(f)
     for name in [n for n in sys.modules if n == ROOT or n.startswith(ROOT + ".")]:
         del sys.modules[name]
 

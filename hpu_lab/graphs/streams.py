@@ -27,18 +27,47 @@ _POOL = 4                       # side streams 1..4, handed out round robin
 _next_side = itertools.count(0)
 
 
-class Stream:
-    """A device queue. ``Stream()`` gives a side stream; ``default_stream()`` is stream 0."""
+_PRIVATEUSE1 = int(torch._C._autograd.DeviceType.PrivateUse1)
 
-    def __init__(self, device=None, priority: int = 0, *, _index=None):
-        self.stream_id = 1 + next(_next_side) % _POOL if _index is None else _index
-        self.priority = priority
-        self.device = torch.device("hpu", 0)
+
+def _index_of(stream) -> int:
+    """The executor queue of a torch.hpu.Stream or of a plain ``torch.Stream("hpu")``."""
+    if isinstance(stream, torch.Stream) and getattr(stream, "device_type", _PRIVATEUSE1) != _PRIVATEUSE1:
+        raise ValueError(f"expected an hpu stream, got {stream!r}")
+    i = stream.stream_id
+    if not 0 <= i <= _POOL:
+        raise ValueError(f"hpu stream {i} does not exist (hpu_lab has streams 0..{_POOL})")
+    return i
+
+
+class Stream(torch.Stream):
+    """A device queue. ``Stream()`` gives a side stream; ``default_stream()`` is stream 0;
+    ``Stream(stream_id=i, device_index=0, device_type=...)`` names an existing one (what torch does to
+    turn a ``torch.Stream`` into a device stream). A ``torch.Stream`` too, so generic torch code
+    (``torch.accelerator``, ``isinstance(s, torch.Stream)``) accepts it."""
+
+    def __new__(cls, device=None, priority: int = 0, *, stream_id=None, device_index=None, device_type=None,
+                _index=None):
+        if _index is None:
+            _index = stream_id if stream_id is not None else 1 + next(_next_side) % _POOL
+        if device_type is not None and int(device_type) != _PRIVATEUSE1:
+            raise ValueError(f"torch.hpu.Stream: device_type {device_type} is not hpu ({_PRIVATEUSE1})")
+        if device_index not in (None, 0, -1):
+            raise ValueError(f"torch.hpu.Stream: hpu_lab emulates one device (hpu:0), not {device_index}")
+        if device is not None and torch.device(device).type != "hpu" and not isinstance(device, int):
+            raise ValueError(f"torch.hpu.Stream: device {device} is not an hpu device")
+        self = super().__new__(cls, stream_id=int(_index), device_index=0, device_type=_PRIVATEUSE1,
+                               priority=priority)
+        _index_of(self)
+        return self
+
+    def __init__(self, device=None, priority: int = 0, **kwargs):
+        self.priority = priority          # accepted, as on Gaudi: every stream has one priority
         self.is_capture = False
 
     @property
-    def device_index(self) -> int:
-        return 0
+    def device(self):
+        return torch.device("hpu", 0)
 
     def id(self) -> int:
         return self.stream_id
@@ -58,7 +87,7 @@ class Stream:
 
     def query(self) -> bool:
         """True if all work queued on this stream has completed."""
-        last = executor.stream(self.stream_id).last()
+        last = executor.stream(_index_of(self)).last()
         return last is None or last.done.is_set()
 
     def synchronize(self) -> None:
@@ -66,7 +95,8 @@ class Stream:
         executor.stream(self.stream_id).synchronize("Stream.synchronize()", user_src(2))
 
     def __eq__(self, other):
-        return isinstance(other, Stream) and other.stream_id == self.stream_id
+        return isinstance(other, torch.Stream) and other.stream_id == self.stream_id and \
+            other.device_type == self.device_type
 
     def __hash__(self):
         return hash(("hpu-stream", self.stream_id))
@@ -90,7 +120,7 @@ def current_stream(device=None) -> Stream:
 def set_stream(stream) -> None:
     """Make ``stream`` current (prefer the ``stream()`` context manager); None is a no-op."""
     if stream is not None:
-        lazy.S.stream = stream.stream_id
+        lazy.S.stream = _index_of(stream)
 
 
 class StreamContext:
@@ -104,7 +134,7 @@ class StreamContext:
         if self.stream is None:
             return None
         self.prev = lazy.S.stream
-        lazy.S.stream = self.stream.stream_id
+        lazy.S.stream = _index_of(self.stream)
         return self.stream
 
     def __exit__(self, *exc):
@@ -121,11 +151,16 @@ def record_stream(tensor, stream) -> None:
     """No-op: a launch holds its input buffers until it has run, so no buffer is freed early."""
 
 
-class Event:
-    """A marker on a stream: ``record``, ``wait``, ``query``, ``elapsed_time``, ``synchronize``."""
+class Event(torch.Event):
+    """A marker on a stream: ``record``, ``wait``, ``query``, ``elapsed_time``, ``synchronize``.
+    A ``torch.Event`` too (for generic torch code); its methods are hpu_lab's."""
+
+    def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
+        return super().__new__(cls, "hpu", enable_timing=enable_timing, blocking=blocking,
+                               interprocess=interprocess)
 
     def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
-        self.enable_timing = enable_timing
+        self._timing = enable_timing
         self._marker = None        # the executor launch that completes with the event
         self._t = None             # perf_counter_ns when the marker ran (enable_timing)
 
@@ -138,21 +173,22 @@ class Event:
         s = current_stream() if stream is None else stream
         lazy.flush("Event.record", src)
         self._t = None
-        if self.enable_timing:
+        if self._timing:
             def stamp():
                 self._t = ev.now()
             fn = stamp
         else:
             fn = _nothing
-        self._marker = executor.stream(s.stream_id).submit_fn(fn)
+        self._marker = executor.stream(_index_of(s)).submit_fn(fn)
 
     def wait(self, stream=None) -> None:
         """Make all future work on ``stream`` (default: current) wait for this event."""
         m = self._marker
         s = current_stream() if stream is None else stream
-        if m is None or m.stream == s.stream_id or m.done.is_set():
+        i = _index_of(s)
+        if m is None or m.stream == i or m.done.is_set():
             return
-        executor.stream(s.stream_id).submit_fn(m.done.wait)
+        executor.stream(i).submit_fn(m.done.wait)
 
     def query(self) -> bool:
         m = self._marker
@@ -167,8 +203,9 @@ class Event:
     def elapsed_time(self, end_event) -> float:
         """Milliseconds between this event and ``end_event`` (both recorded and completed)."""
         if not isinstance(end_event, Event):
-            raise TypeError("elapsed_time: end_event must be a torch.hpu.Event")
-        if not (self.enable_timing and end_event.enable_timing):
+            raise TypeError("elapsed_time: end_event must be a torch.hpu.Event (a plain torch.Event(\"hpu\") "
+                            "does not record on hpu_lab's streams)")
+        if not (self._timing and end_event._timing):
             raise RuntimeError("elapsed_time: both events must be created with enable_timing=True")
         if self._marker is None or end_event._marker is None:
             raise RuntimeError("elapsed_time: both events must be recorded before calculating elapsed time")

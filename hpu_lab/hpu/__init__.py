@@ -1,15 +1,14 @@
 """``torch.hpu`` / ``htcore.hpu``: the device module (as habana_frameworks.torch.hpu).
 
-Device queries, synchronize, memory statistics and the random seed. HPU Graphs, streams and
-events are added by ``hpu_lab.graphs`` when they are imported.
+Device queries, synchronize and autocast here; as in the real package, the rest is in submodules
+re-exported at the end: ``memory``, ``random``, ``streams``, ``events``, ``graphs`` (HPU Graphs,
+implemented in ``hpu_lab/graphs/``, and ``TensorPacker``) and ``metrics`` (``hpu_lab.metrics``).
 """
 from __future__ import annotations
 
 import contextlib as _contextlib
 
 import torch
-
-from ..runtime import memory as _mem
 
 
 def is_available() -> bool:
@@ -18,6 +17,14 @@ def is_available() -> bool:
 
 def is_initialized() -> bool:
     return True
+
+
+def init() -> None:
+    """Initialise the device (hpu_lab's is ready once ``import hpu_lab`` has run)."""
+
+
+def _lazy_call(fn):
+    fn()             # torch defers some device calls until init; hpu_lab's device is always ready
 
 
 def _is_in_bad_fork() -> bool:
@@ -54,70 +61,6 @@ def synchronize(device=None) -> None:
     """Waits for all kernels in all streams on the HPU device to complete."""
     from ..lazy import synchronize as _sync
     _sync("torch.hpu.synchronize()")
-
-
-def manual_seed(seed: int) -> None:
-    # hpu_lab draws random numbers on the host from torch's default generator, so that an "hpu" run
-    # gives the numbers of the same loop on CPU: torch.manual_seed already seeds it.
-    pass
-
-
-def manual_seed_all(seed: int) -> None:
-    pass
-
-
-def initial_seed() -> int:
-    return torch.initial_seed()
-
-
-# ---- memory (habana_frameworks.torch.hpu.memory) ----
-
-def memory_stats(device=None) -> dict:
-    return _mem.stats()
-
-
-def memory_allocated(device=None) -> int:
-    return _mem.stats()["InUse"]
-
-
-def max_memory_allocated(device=None) -> int:
-    return _mem.stats()["MaxInUse"]
-
-
-def memory_reserved(device=None) -> int:
-    return _mem.stats()["Limit"]
-
-
-max_memory_reserved = memory_reserved
-
-
-def mem_get_info(device=None):
-    s = _mem.stats()
-    return (s["Limit"] - s["InUse"], s["Limit"])
-
-
-def reset_peak_memory_stats(device=None) -> None:
-    _mem.reset_peak()
-
-
-def reset_accumulated_memory_stats(device=None) -> None:
-    _mem.reset_accumulated()
-
-
-def memory_summary(device=None, abbreviated=False) -> str:
-    return _mem.summary()
-
-
-def _lazy_call(fn):
-    fn()
-
-
-def get_rng_state(device="hpu"):
-    return torch.get_rng_state()
-
-
-def set_rng_state(state, device="hpu"):
-    torch.set_rng_state(state)
 
 
 # ---- autocast (habana_frameworks.torch.hpu); the kernels and op lists are in hpu_lab/amp.py ----
@@ -171,7 +114,12 @@ def sdp_kernel(enable_recompute: bool = True):
         enable_recompute_sdp(prev)
 
 
-# ---- HPU Graphs, streams and events (hpu_lab/graphs/); imported last: graphs needs the lazy runtime
-from ..graphs import (HPUGraph, graph, Stream, StreamContext, stream, set_stream, current_stream,  # noqa: E402,F401
-                      default_stream, record_stream, Event, make_graphed_callables, ModuleCacher,
-                      wrap_in_hpu_graph, wrap_in_hpu_graph_func, is_current_stream_capturing)
+# ---- the submodules, as in the real package (``from habana_frameworks.torch.hpu import random``);
+# graphs, streams and events last: they need the lazy runtime
+from .. import metrics  # noqa: E402,F401  (habana_frameworks.torch.hpu.metrics)
+from .memory import *  # noqa: E402,F401,F403
+from .random import *  # noqa: E402,F401,F403
+from .streams import *  # noqa: E402,F401,F403
+from .events import *  # noqa: E402,F401,F403
+from .graphs import *  # noqa: E402,F401,F403
+from . import events, graphs, memory, random, streams  # noqa: E402,F401

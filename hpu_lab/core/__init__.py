@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import warnings
 
-from . import config
-from . import hpu  # noqa: F401  (htcore.hpu is torch.hpu)
-from . import lazy as _lazy
+from .. import config
+from .. import hpu  # noqa: F401  (htcore.hpu is torch.hpu)
+from .. import lazy as _lazy
 
 _warned = set()
 
