@@ -17,7 +17,7 @@ RUN    := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" VIRTUAL_ENV="$(CURDIR)/$(VENV)"
 # Extra pytest arguments, e.g. make test PYTEST_ARGS='-m "not browser" -x'
 PYTEST_ARGS ?=
 
-.PHONY: help setup lab test bench chromium FORCE
+.PHONY: help setup lab test bench bridge-suite chromium FORCE
 FORCE:
 .DEFAULT_GOAL := help
 
@@ -25,6 +25,7 @@ help:
 	@echo "make lab    set up, then open JupyterLab on notebooks/ (optional PORT=8888 IP=127.0.0.1)"
 	@echo "make test   set up, then run pytest on tests/ (browser test included) and nbval on notebooks/"
 	@echo "make bench  set up, then run python -m hpu_lab.bench"
+	@echo "make bridge-suite BRIDGE=<gaudi-pytorch-bridge checkout>  run Intel's lazy-mode bridge tests on hpu_lab"
 
 setup: $(VENV)/.installed chromium
 
@@ -79,3 +80,11 @@ test: setup
 
 bench: setup
 	$(RUN) $(PY) -m hpu_lab.bench
+
+# Intel's own bridge tests (tests/pytest_working: lazy/ + any_mode/, --mode lazy, their skip list), one
+# pytest process per file, 2 at a time. BRIDGE is a checkout of HabanaAI/gaudi-pytorch-bridge, kept
+# outside this project. BRIDGE_ARGS: e.g. --files test_hpu_abs --out /tmp/r.json (see --help).
+BRIDGE_ARGS ?=
+bridge-suite: setup
+	@test -n "$(BRIDGE)" || { echo "usage: make bridge-suite BRIDGE=<path of a gaudi-pytorch-bridge checkout>"; exit 2; }
+	$(RUN) $(PY) -m hpu_lab.tools.bridge_suite "$(BRIDGE)" $(BRIDGE_ARGS)

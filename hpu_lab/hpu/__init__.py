@@ -171,6 +171,9 @@ def sdp_kernel(enable_recompute: bool = True):
         enable_recompute_sdp(prev)
 
 
+# ---- the bridge's deprecated deterministic switch (kept, no effect: see determinism.py)
+from .determinism import getDeterministic, setDeterministic  # noqa: E402,F401
+
 # ---- HPU Graphs, streams and events (hpu_lab/graphs/); imported last: graphs needs the lazy runtime
 from ..graphs import (HPUGraph, graph, Stream, StreamContext, stream, set_stream, current_stream,  # noqa: E402,F401
                       default_stream, record_stream, Event, make_graphed_callables, ModuleCacher,
