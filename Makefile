@@ -19,7 +19,7 @@ RUN    := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" VIRTUAL_ENV="$(CURDIR)/$(VENV)"
 # Extra pytest arguments, e.g. make test PYTEST_ARGS='-m "not browser" -x'
 PYTEST_ARGS ?=
 
-.PHONY: help setup lab test bench notebooks chromium FORCE
+.PHONY: help setup lab test bench notebooks bridge-suite chromium FORCE
 FORCE:
 .DEFAULT_GOAL := help
 
@@ -28,6 +28,7 @@ help:
 	@echo "make test   set up, then run pytest on tests/ (browser test included) and nbval on notebooks/"
 	@echo "make bench  set up, then run python -m hpu_lab.bench"
 	@echo "make notebooks  set up, then run the notebooks from their .py sources into the .ipynb (NB=02 for one)"
+	@echo "make bridge-suite BRIDGE=<gaudi-pytorch-bridge checkout>  run Intel's lazy-mode bridge tests on hpu_lab"
 
 setup: $(VENV)/.installed chromium
 
@@ -87,3 +88,11 @@ bench: setup
 # with nbclient and writes each NN_*.ipynb with its outputs (no widget state: static pictures).
 notebooks: $(VENV)/.installed
 	$(RUN) $(PY) notebooks/run_notebooks.py $(NB)
+
+# Intel's own bridge tests (tests/pytest_working: lazy/ + any_mode/, --mode lazy, their skip list), one
+# pytest process per file, 2 at a time. BRIDGE is a checkout of HabanaAI/gaudi-pytorch-bridge, kept
+# outside this project. BRIDGE_ARGS: e.g. --files test_hpu_abs --out /tmp/r.json (see --help).
+BRIDGE_ARGS ?=
+bridge-suite: setup
+	@test -n "$(BRIDGE)" || { echo "usage: make bridge-suite BRIDGE=<path of a gaudi-pytorch-bridge checkout>"; exit 2; }
+	$(RUN) $(PY) -m hpu_lab.tools.bridge_suite "$(BRIDGE)" $(BRIDGE_ARGS)

@@ -44,6 +44,7 @@ _lazy._lookup_hooks.append(_disk_hooks.lookup)      # recipes shared across proc
 _lazy._compile_hooks.append(_disk_hooks.store)
 
 from .tensor import HPUTensor  # noqa: E402,F401
+from . import custom_ops  # noqa: E402,F401  # torch.ops.hpu.* (the bridge's custom ops; issue 16)
 
 __version__ = "0.1.0"
 

@@ -14,6 +14,7 @@ from . import config
 from . import events as ev
 from . import ops
 from ._source import user_src
+from . import resize as _resize  # out= / resize_ (issue 16)
 from .compiler import build, cache
 from .compiler.recipe import GraphKey
 from .compiler.reasons import diff
@@ -447,10 +448,7 @@ def out_variant_op(func, args, kwargs, out_kw):
                 continue
             res_list = res if isinstance(res, (list, tuple)) else [res]
             for o, r in zip(outs, res_list):
-                if tuple(o.shape) != tuple(r.shape):
-                    raise RuntimeError(f"{ops.op_name(func)}(out=...) on hpu: resizing the out tensor "
-                                       f"from {tuple(o.shape)} to {tuple(r.shape)} is not supported; "
-                                       "use the functional form")
+                _resize.resize_output(o, r.shape)      # as stock PyTorch: resized, warned if non-empty
                 copy_(None, (o, r), {})
             return outs[0] if len(outs) == 1 else tuple(outs)
     raise NotImplementedError(f"{ops.op_name(func)} with out= is not supported on hpu")
@@ -895,11 +893,7 @@ def _contig(size):
 
 
 def resize_(func, args, kwargs):
-    t, size = args[0], tuple(args[1])
-    if tuple(t.shape) == size:
-        return t
-    raise RuntimeError(f"resize_ of an hpu tensor from {tuple(t.shape)} to {size} is not supported "
-                       "in hpu_lab; allocate a new tensor instead")
+    return _resize.resize_(args[0], args[1], lambda dst, src: copy_(None, (dst, src), {}))
 
 
 def set_(func, args, kwargs):

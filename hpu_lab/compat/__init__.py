@@ -49,6 +49,15 @@ PREFIXES = {
     "habana_frameworks.torch.hpex": "hpu_lab.hpex",
     "habana_frameworks.torch.distributed": "hpu_lab.distributed",
 }
+# ---- issue 16 (helper "bridge"): the modules Intel's own bridge tests import --------------------
+ALIASES.update({
+})
+PREFIXES.update({
+    "habana_frameworks.torch.dynamo": "hpu_lab.dynamo",
+    "habana_frameworks.torch.internal": "hpu_lab.internal",
+})
+# ---- end of issue 16's block ---------------------------------------------------------------------
+
 # packages with nothing of their own: their attributes are the aliased submodules
 PACKAGES = ("habana_frameworks", "habana_frameworks.torch", "habana_frameworks.torch.utils")
 

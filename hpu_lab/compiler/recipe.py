@@ -64,11 +64,19 @@ class Recipe:
         return self.gm.code
 
     def run(self, args):
+        fn = self.fn
         if self.backend == "torchscript" and not self._traced_layouts(args):
             # the trace baked the layout branches of its example inputs: for any other layout
             # (a launch output that came out laid out differently) only the fx code is right
-            return self.gm.forward(*args)
-        return self.fn(*args)
+            fn = self.gm.forward
+        try:
+            return fn(*args)
+        except (NotImplementedError, RuntimeError) as e:
+            # a dtype Gaudi computes and the CPU kernel lacks (fp8, some bf16/fp16): widen that node
+            from .. import widen
+            if not widen.missing_kernel(e):
+                raise
+            return widen.rerun(self, args, e)
 
     def _traced_layouts(self, args) -> bool:
         want = self._layouts

@@ -114,6 +114,9 @@ def sdp_kernel(enable_recompute: bool = True):
         enable_recompute_sdp(prev)
 
 
+# ---- the bridge's deprecated deterministic switch (kept, no effect: see determinism.py)
+from .determinism import getDeterministic, setDeterministic  # noqa: E402,F401
+
 # ---- the submodules, as in the real package (``from habana_frameworks.torch.hpu import random``);
 # graphs, streams and events last: they need the lazy runtime
 from .. import metrics  # noqa: E402,F401  (habana_frameworks.torch.hpu.metrics)

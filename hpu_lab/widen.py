@@ -1,0 +1,102 @@
+"""Dtypes Gaudi computes and the CPU kernel lacks: compute in float32, round once to the result dtype.
+
+The emulated device runs the CPU's kernels, and many have no fp8 (``float8_e4m3fn``/``float8_e5m2``),
+some no bf16/fp16 (``cdist``, ...): ``"add_stub" not implemented for 'Float8_e4m3fn'``. Gaudi 2/3's TPC
+kernels take these dtypes. When a recipe fails on the device with that error, the failing node is
+rewritten to a *widened* call: its fp8/bf16/fp16 tensor arguments are converted to float32 (exact: each
+of those values is a float32 value), the op runs, and each result is rounded once to the dtype the op
+gives for the original arguments (its Meta kernel says which). In-place ops write the rounded result
+back into their argument. The recipe keeps the rewritten node, so later launches run it directly.
+
+Where this differs from Gaudi: the result is the exactly computed value rounded once (round to nearest
+even, saturating as torch's fp8 conversion does). Gaudi's kernels accumulate long reductions in their
+own order and precision and may differ from that in the last bit; for fp8 add/sub the TPC computes in
+float32 as well, so single elementwise ops agree.
+"""
+from __future__ import annotations
+
+import re
+
+import torch
+import torch.fx
+import torch.utils._pytree as pytree
+
+_LOW = {torch.float8_e4m3fn: "Float8_e4m3fn", torch.float8_e5m2: "Float8_e5m2",
+        torch.bfloat16: "BFloat16", torch.float16: "Half"}
+_MISSING = re.compile(r"not implemented for '(Float8_e4m3fn|Float8_e5m2|BFloat16|Half)'")
+
+
+def missing_kernel(exc: BaseException) -> bool:
+    """True if ``exc`` is the CPU saying it has no kernel for one of the widenable dtypes."""
+    return isinstance(exc, (NotImplementedError, RuntimeError)) and bool(_MISSING.search(str(exc)))
+
+
+_WIDENED: dict = {}
+
+
+def widened(op):
+    """``op`` computed in float32 for fp8/bf16/fp16 tensor arguments, results rounded back."""
+    fn = _WIDENED.get(op)
+    if fn is not None:
+        return fn
+    written = [i for i, a in enumerate(op._schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
+
+    def run(*args, **kwargs):
+        meta_args, meta_kw = pytree.tree_map_only(torch.Tensor, lambda t: t.to("meta"), (args, kwargs))
+        meta = op(*meta_args, **meta_kw)          # the result dtypes for the original arguments
+        wide_args, wide_kw = pytree.tree_map_only(
+            torch.Tensor, lambda t: t.float() if t.dtype in _LOW else t, (args, kwargs))
+        res = op(*wide_args, **wide_kw)
+        out = pytree.tree_map(lambda r, m: r.to(m.dtype) if isinstance(r, torch.Tensor) and r.dtype != m.dtype else r,
+                              res, meta)
+        for i in written:                 # in-place: the argument itself must hold the result
+            if i < len(args) and isinstance(args[i], torch.Tensor) and args[i].dtype in _LOW:
+                src = out if isinstance(out, torch.Tensor) else out[written.index(i)]
+                args[i].copy_(src)
+                out = args[i] if isinstance(out, torch.Tensor) else out
+        return out
+
+    run.__name__ = f"widened_{str(op).replace('.', '_').replace('::', '_')}"
+    run.__qualname__ = run.__name__
+    run.op = op                           # what passes and descriptions see through
+    _WIDENED[op] = run
+    return run
+
+
+def _failing_node(gm, args):
+    failing = []
+
+    class Finder(torch.fx.Interpreter):
+        def run_node(self, n):
+            try:
+                return super().run_node(n)
+            except Exception as e:
+                if not failing:
+                    failing.append((n, e))
+                raise
+
+    try:
+        Finder(gm).run(*args)
+    except Exception:
+        pass
+    return failing[0] if failing else (None, None)
+
+
+def rerun(recipe, args, exc):
+    """Run ``recipe`` again with each node that lacks a CPU kernel for its dtype widened; the recipe
+    keeps the rewritten graph. Any other failure is raised as it was."""
+    for _ in range(len(recipe.gm.graph.nodes)):
+        node, err = _failing_node(recipe.gm, args)
+        if node is None or not missing_kernel(err) or not isinstance(node.target, torch._ops.OpOverload):
+            raise exc
+        node.target = widened(node.target)
+        recipe.gm.recompile()
+        recipe.fn = recipe.gm.forward         # the TorchScript lowering, if any, had the old node
+        recipe.backend = "fx"
+        try:
+            return recipe.fn(*args)
+        except Exception as e:  # noqa: BLE001 - the next node may lack a kernel too
+            if not missing_kernel(e):
+                raise
+            exc = e
+    raise exc

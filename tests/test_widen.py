@@ -1,0 +1,56 @@
+"""Dtypes the CPU kernel lacks (fp8, some bf16/fp16) are computed in float32 and rounded once
+(hpu_lab/widen.py): the result is what rounding the exact value gives, never a wrong answer."""
+import pytest
+import torch
+
+import hpu_lab.core as htcore
+from hpu_lab import widen
+
+FP8 = [torch.float8_e4m3fn, torch.float8_e5m2]
+
+
+def _on_hpu(fn, *xs):
+    r = fn(*[x.to("hpu") for x in xs])
+    htcore.mark_step()
+    return [t.cpu() for t in r] if isinstance(r, tuple) else r.cpu()
+
+
+def _exact_rounded(fn, *xs, dtype):
+    r = fn(*[x.float() for x in xs])
+    return [t.to(dtype) if t.is_floating_point() else t for t in r] if isinstance(r, tuple) else r.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", FP8)
+@pytest.mark.parametrize("name, fn", [
+    ("add", lambda a, b: a + b), ("sub", lambda a, b: a - b),
+    ("clamp", lambda a, b: a.clamp(-2, 2)), ("amax", lambda a, b: a.amax(1)),
+    ("aminmax", lambda a, b: torch.aminmax(a, dim=0)), ("maximum", torch.maximum),
+])
+def test_fp8_ops_equal_the_rounded_exact_value(dtype, name, fn):
+    a, b = (torch.randn(5, 6) * 4).to(dtype), (torch.randn(5, 6) * 4).to(dtype)
+    with pytest.raises(NotImplementedError):
+        fn(a, b)                                 # the CPU has no kernel ...
+    got, want = _on_hpu(fn, a, b), _exact_rounded(fn, a, b, dtype=dtype)
+    for g, w in zip(got if isinstance(got, list) else [got], want if isinstance(want, list) else [want]):
+        assert g.dtype == w.dtype and torch.equal(g.float(), w.float())      # ... hpu computes it
+
+
+def test_fp8_in_place_index_copy_writes_its_argument():
+    x = (torch.randn(4, 3) * 2).to(torch.float8_e5m2)
+    src = (torch.randn(2, 3) * 2).to(torch.float8_e5m2)
+    h = x.to("hpu")
+    h.index_copy_(0, torch.tensor([3, 0]).to("hpu"), src.to("hpu"))
+    expect = x.float().index_copy(0, torch.tensor([3, 0]), src.float()).to(torch.float8_e5m2)
+    assert torch.equal(h.cpu().float(), expect.float())
+
+
+def test_bf16_cdist():
+    a, b = torch.randn(4, 3).bfloat16(), torch.randn(5, 3).bfloat16()
+    got = _on_hpu(torch.cdist, a, b)
+    assert got.dtype == torch.bfloat16 and torch.equal(got, torch.cdist(a.float(), b.float()).bfloat16())
+
+
+def test_other_device_errors_are_not_widened():
+    assert widen.missing_kernel(NotImplementedError("\"add_stub\" not implemented for 'Float8_e4m3fn'"))
+    assert not widen.missing_kernel(RuntimeError("index 7 is out of bounds for dimension 0 with size 4"))
+    assert not widen.missing_kernel(NotImplementedError("\"foo\" not implemented for 'ComplexFloat'"))
