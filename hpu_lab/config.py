@@ -162,6 +162,8 @@ SETTINGS: Dict[str, Setting] = {s.env: s for s in [
     Setting("PT_HPU_METRICS_DUMP_TRIGGERS", _triggers, "process_exit", "process_exit, mark_step, metric_change"),
     Setting("HPU_LAB_MEMORY_LIMIT", parse_size, "96GiB", "device memory Limit (Gaudi 2: 96 GiB of HBM); e.g. 64MiB for lessons"),
     Setting("HPU_LAB_SOURCE_LINES", _bool, "true", "record the user's file:line of each op (costs ~1 us per op)"),
+    Setting("HPU_LAB_DEVICE", _choice("gaudi", "gaudi2", "gaudi3"), "gaudi2",
+            "the card the Gaudi clock models (timelines, verdicts, get_device_name)"),
     Setting("HPU_LAB_RECIPE_EXECUTOR", _choice("torchscript", "fx"), "torchscript",
             "how the device runs a recipe: its TorchScript lowering, or the fx code"),
 ]}

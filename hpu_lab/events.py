@@ -8,9 +8,19 @@ for the per-op kinds, so a plain script pays almost nothing.
 
 Times are ``time.perf_counter_ns()`` from one monotonic clock. ``lane`` is ``"host"`` or
 ``"hpu:<stream>"``. ``step`` is the number of mark_steps seen so far when the event began.
+
+The Gaudi clock (``hpu_lab.perfmodel``) re-times host events by CPU time, not wall time. So the
+recorder stamps every host event it hands to observers with two cumulative counters of the host
+lane, taken as the event is emitted (at its end): ``cpu_ns``, the CPU time of the threads emitting
+host events (the user's thread, and autograd's thread running backward) *minus the CPU time spent
+inside observers* (a panel's redraw, a collector's bookkeeping are not the user's host work); and
+``blocked_ns``, the time the host spent blocked *outside* hpu_lab (a DataLoader waiting for its
+workers, a sleep, I/O: off the CPU and not waiting for a core, in gaps of at least
+``BLOCKED_MIN_NS`` in which no host event was emitted). Both are -1 on unstamped events.
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -19,6 +29,7 @@ from typing import Callable, Optional, Tuple
 from . import warmup
 
 now = time.perf_counter_ns
+thread_cpu = time.thread_time_ns
 
 
 @dataclass(frozen=True)
@@ -33,6 +44,12 @@ class NodeInfo:
     is_cast: bool = False        # a dtype conversion (autocast / HMP)
     src: str = ""                # user's file:line that created the op
     tensor_class: str = ""       # for inputs/outputs: "persistent" / "non-persistent"
+    # what the Gaudi clock (perfmodel) costs the node by: one entry per input value, in argument
+    # order (the node index of its producer, its shape, its bytes), and the bytes the node writes
+    inputs: Tuple[int, ...] = ()
+    in_shapes: Tuple[Tuple[int, ...], ...] = ()
+    in_bytes: Tuple[int, ...] = ()
+    out_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -48,6 +65,10 @@ class Event:
     t_end: int
     lane: str
     step: int
+    # stamped by Recorder.emit (see the module docstring); keyword-only, so subclasses keep
+    # their positional fields; not compared and not shown
+    cpu_ns: int = field(default=-1, kw_only=True, compare=False, repr=False)
+    blocked_ns: int = field(default=-1, kw_only=True, compare=False, repr=False)
 
     @property
     def kind(self) -> str:
@@ -125,14 +146,20 @@ class DeviceExecution(Event):
 
 @dataclass(frozen=True)
 class HostSync(Event):
-    """The host waited for the device. reason: '.item()', '.cpu()', 'print', 'data-dependent op aten::nonzero', ..."""
+    """The host waited for the device. reason: '.item()', '.cpu()', 'print', 'data-dependent op aten::nonzero', ...
+
+    ``launch_id``: the launch waited for (0: every stream's work, or no device work at all when
+    the event has no duration: the value was already on the host)."""
     reason: str = ""
     src: str = ""
+    launch_id: int = 0
 
 
 @dataclass(frozen=True)
 class HostToDevice(Event):
-    """One host-to-device transfer (hpu_lab/transfers.py says which path each kind takes)."""
+    """One host-to-device transfer (hpu_lab/transfers.py says which path each kind takes).
+    ``pinned``: from page-locked host memory (DMA straight from it; pageable memory is first staged
+    into a pinned buffer by the host). ``non_blocking``: the caller asked for non_blocking=True."""
     nbytes: int = 0
     src: str = ""
     pinned: bool = False        # the source was in pinned (page-locked) host memory
@@ -140,6 +167,15 @@ class HostToDevice(Event):
     staging_bytes: int = 0      # bytes the host first copied into a staging buffer (pageable source)
     stream: int = -1            # -1: the host did the transfer and waited; else the stream it was queued on
     op: str = ""                # what asked for it: "aten::copy_", or "<op> (CPU operand)"
+
+
+@dataclass(frozen=True)
+class DeviceToHost(Event):
+    """A device-to-host copy of ``nbytes`` (fields as HostToDevice)."""
+    nbytes: int = 0
+    src: str = ""
+    pinned: bool = False
+    non_blocking: bool = False
 
 
 @dataclass(frozen=True)
@@ -182,6 +218,13 @@ class Collective(Event):
     op: str = ""
     nbytes: int = 0
     src: str = ""
+    world_size: int = 0      # ranks taking part (0: unknown)
+
+
+@dataclass(frozen=True)
+class HostWait(Event):
+    """Host time blocked outside hpu_lab (made by the Gaudi clock from ``blocked_ns``, not emitted)."""
+    reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -210,6 +253,61 @@ class Handle:
         self.remove()
 
 
+# Off-CPU gaps shorter than this are not counted as host waits: handing the interpreter lock to
+# the device thread, page faults and scheduler noise all make such gaps; a sleep, a DataLoader
+# waiting for its workers or a file read is longer.
+BLOCKED_MIN_NS = 1_000_000
+
+
+class _ThreadClock:
+    """Per-thread counters behind the stamps: CPU time inside observers, and the run-queue delay."""
+    __slots__ = ("observers", "last_user", "fd", "last_runq", "runq_at")
+
+    def __init__(self, cpu: int):
+        self.observers = 0           # CPU time spent inside observers, cumulative
+        self.last_user = cpu         # thread CPU minus observers at the previous stamp
+        try:                         # Linux: run-queue delay (waiting for a core is not blocking)
+            self.fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+        except OSError:
+            self.fd = None
+        self.last_runq = self._runq()
+        self.runq_at = now()         # when last_runq was read: kept within ~1 ms of every stamp
+
+    def _runq(self) -> int:
+        if self.fd is None:
+            return 0
+        try:
+            return int(os.pread(self.fd, 64, 0).split()[1])
+        except (OSError, IndexError, ValueError):
+            return 0
+
+    def waited_for_core(self) -> int:
+        """Run-queue delay since the last call (an upper bound for the latest gap)."""
+        cur = self._runq()
+        d, self.last_runq = cur - self.last_runq, cur
+        return max(d, 0)
+
+    def __del__(self):
+        try:
+            if self.fd is not None:
+                os.close(self.fd)
+        except Exception:            # noqa: BLE001 - interpreter shutdown
+            pass
+
+
+class _HostClock:
+    """The host lane's clock: the CPU time of every thread that emits host events (the user's
+    thread, and autograd's device thread that runs backward), summed at each stamp, and the time
+    the host was blocked outside hpu_lab (no host thread emitted anything and the emitting thread
+    was off the CPU without waiting for a core)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.cpu = 0
+        self.blocked = 0
+        self.last_wall = now()
+
+
 class Recorder:
     """Process-wide, thread-safe fan-out of events to observers."""
 
@@ -218,6 +316,9 @@ class Recorder:
         self._all: tuple = ()              # observers of every kind
         self._by_kind: dict = {}           # kind class -> tuple of observers
         self.step = 0
+        self._tls = threading.local()      # .clock: _ThreadClock
+        self._muted = 0                    # > 0: host events reach no observer (perfmodel.estimate)
+        self._host = _HostClock()
 
     def subscribe(self, fn: Observer, kinds=None) -> Handle:
         """Call ``fn(event)`` for each event (of ``kinds`` only, if given)."""
@@ -241,10 +342,75 @@ class Recorder:
         return bool(self._all) or bool(self._by_kind.get(kind))
 
     def emit(self, event: Event) -> None:
-        for fn in self._all:
+        everyone, some = self._all, self._by_kind.get(type(event), ())
+        if not everyone and not some:
+            return
+        if event.lane != "host":             # device events are re-timed by the model, not stamped
+            for fn in everyone:
+                fn(event)
+            for fn in some:
+                fn(event)
+            return
+        if self._muted:
+            return
+        c0 = thread_cpu()
+        tls = self._tls
+        clock = getattr(tls, "clock", None)
+        if clock is None:
+            clock = tls.clock = _ThreadClock(c0)
+        user = c0 - clock.observers
+        mine = user - clock.last_user        # this thread's own CPU since its previous stamp
+        clock.last_user = user
+        hc = self._host
+        with hc.lock:
+            hc.cpu += mine
+            gap = event.t_start - hc.last_wall
+            if gap > BLOCKED_MIN_NS:
+                off_cpu = gap - mine
+                if off_cpu > BLOCKED_MIN_NS:
+                    off_cpu -= clock.waited_for_core()
+                    clock.runq_at = event.t_start
+                    if off_cpu > BLOCKED_MIN_NS:
+                        hc.blocked += off_cpu
+            object.__setattr__(event, "cpu_ns", hc.cpu)
+            object.__setattr__(event, "blocked_ns", hc.blocked)
+        for fn in everyone:
             fn(event)
-        for fn in self._by_kind.get(type(event), ()):
+        for fn in some:
             fn(event)
+        c1 = thread_cpu()
+        clock.observers += c1 - c0
+        hc.last_wall = t = now()
+        if t - clock.runq_at > BLOCKED_MIN_NS:     # a fresh baseline for the next gap (~1 read/ms)
+            clock.last_runq, clock.runq_at = clock._runq(), t
+
+    def host_clock(self) -> Tuple[int, int]:
+        """(cpu_ns, blocked_ns) of the host lane now, on the scale of the stamps (includes the
+        calling thread's CPU since its last stamp)."""
+        c = thread_cpu()
+        clock = getattr(self._tls, "clock", None)
+        mine = 0 if clock is None else c - clock.observers - clock.last_user
+        return self._host.cpu + mine, self._host.blocked
+
+    def muted(self):
+        """``with recorder.muted():`` host events (from any thread: backward runs on autograd's)
+        reach no observer; device events still do. perfmodel.estimate traces a function this way,
+        so its ops are not shown as work that ran."""
+        return _Muted(self)
+
+
+class _Muted:
+    def __init__(self, recorder):
+        self._r = recorder
+
+    def __enter__(self):
+        with self._r._lock:
+            self._r._muted += 1
+        return self
+
+    def __exit__(self, *exc):
+        with self._r._lock:
+            self._r._muted -= 1
 
 
 recorder = Recorder()

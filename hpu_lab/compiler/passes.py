@@ -117,7 +117,17 @@ def summarize(g) -> ev.GraphSummary:
             op = "output"
         else:
             op = n.meta.get("op_name", str(n.target))
+        ins = [a for a in n.all_input_nodes] if n.op == "call_function" else []
+        if meta:
+            out_bytes = _nbytes(meta)
+        else:                                # a multi-output op: the outputs are its getitems
+            out_bytes = sum(_nbytes(u.meta.get("hpu_meta")) for u in n.users
+                            if u.op == "call_function" and u.target is operator.getitem)
         nodes.append(ev.NodeInfo(
+            inputs=tuple(index[a] for a in ins),
+            in_shapes=tuple(tuple(a.meta["hpu_meta"][0]) if a.meta.get("hpu_meta") else () for a in ins),
+            in_bytes=tuple(_nbytes(a.meta.get("hpu_meta")) for a in ins),
+            out_bytes=out_bytes,
             index=i, op=op, shape=tuple(meta[0]) if meta else (),
             dtype=str(meta[2]).replace("torch.", "") if meta else "",
             engine=n.meta.get("engine", "TPC") if n.op == "call_function" else "",

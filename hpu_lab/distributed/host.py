@@ -78,4 +78,6 @@ def write_back(tensors, values) -> None:
 
 
 def emit(op: str, n: int, t0: int, src: str, lane: str = "host") -> None:
-    ev.emit(ev.Collective(t0, ev.now(), lane, ev.recorder.step, op=op, nbytes=n, src=src))
+    dist = torch.distributed
+    world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 0
+    ev.emit(ev.Collective(t0, ev.now(), lane, ev.recorder.step, op=op, nbytes=n, src=src, world_size=world))

@@ -46,7 +46,10 @@ def set_device(device) -> None:
 
 
 def get_device_name(device=None) -> str:
-    return "GAUDI2 (hpu_lab emulated)"
+    """The card's name as the real API gives it ("GAUDI", "GAUDI2", "GAUDI3"): the card the Gaudi
+    clock models, chosen by HPU_LAB_DEVICE (default gaudi2)."""
+    from ..perfmodel import card
+    return card().device_name
 
 
 def get_device_capability(device=None):

@@ -36,7 +36,8 @@ class Launch:
         t0 = ev.now()
         self.done.wait()
         if ev.wants(ev.HostSync):
-            ev.emit(ev.HostSync(t0, ev.now(), "host", ev.recorder.step, reason=reason, src=src))
+            ev.emit(ev.HostSync(t0, ev.now(), "host", ev.recorder.step, reason=reason, src=src,
+                                launch_id=self.id if self.recipe is not None else 0))
         if self.error is not None:
             _errors.discard(self.error)
             raise self.error

@@ -1,0 +1,101 @@
+"""Device cards: the public figures of Gaudi, Gaudi 2 and Gaudi 3 the Gaudi clock runs on.
+
+Sources (docs/gaudi_clock.md cites them in full):
+  [HC24]  R. Kaplan, "Intel Gaudi 3 AI Accelerator: Architected for Gen AI Training and Inference",
+          Hot Chips 2024: the Gaudi / Gaudi 2 / Gaudi 3 table (peak BF16 60 / 432 / 1835 TFLOPS,
+          HBM 32 / 96 / 128 GB at 0.9 / 2.46 / 3.67 TB/s, PCIe 64 / 64 / 128 GB/s bidirectional,
+          NIC 2 / 4.8 / 9.6 Tb/s bidirectional) and the Gaudi 3 sheet (BF16 vector 28.7 TFLOPS,
+          8 MME, 64 TPC, 96 MB SRAM).
+  [ARCH]  Intel Gaudi documentation, "Gaudi Architecture" (first-gen Gaudi: 8 TPC, 10x100 GbE;
+          Gaudi 2: 24 TPC, 2 MME, 48 MB SRAM, 24x100 GbE).
+  [TPC]   Intel Gaudi documentation, "TPC User Guide": a TPC's 2048-bit SIMD ALU does 64 fp32 ops
+          per cycle (128 bf16).
+Everything not in those sources is an *assumption*, marked ``assumed`` in ``Card.notes``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict
+
+TERA = 1e12
+GIGA = 1e9
+
+
+@dataclass(frozen=True)
+class Card:
+    name: str                       # "gaudi2": the HPU_LAB_DEVICE value
+    device_name: str                # "GAUDI2": what torch.hpu.get_device_name() returns
+    title: str                      # "Intel Gaudi 2"
+    mme_flops: Dict[str, float]     # peak matrix FLOP/s by dtype name
+    vector_flops: Dict[str, float]  # peak TPC vector FLOP/s by dtype name
+    hbm_bytes: int
+    hbm_bw: float                   # bytes/s
+    sram_bytes: int
+    host_link_bw: float             # bytes/s per direction (PCIe: half the bidirectional figure)
+    nic_bw: float                   # bytes/s per direction, all ports of the card
+    mme_units: int
+    tpc_units: int
+    recipe_launch_ns: int           # host-to-device submission + device start of one recipe
+    kernel_ns: int                  # fixed cost of one MME/TPC kernel (one node or fused cluster)
+    notes: Dict[str, str] = field(default_factory=dict)
+
+    def mme_rate(self, dtype: str) -> float:
+        return self.mme_flops.get(dtype) or self.mme_flops["float32"]
+
+    def vector_rate(self, dtype: str) -> float:
+        return self.vector_flops.get(dtype) or self.vector_flops["float32"]
+
+
+# The TPC generation of Gaudi 2 and Gaudi 3 is the same design point: 28.7 TFLOPS / 64 TPCs
+# = 0.448 TFLOPS per TPC in bf16 [HC24]; Gaudi 2's 24 TPCs are assumed to run at that rate.
+_PER_TPC_BF16 = 28.7 * TERA / 64
+
+
+def _mme(bf16: float, fp32_ratio: float) -> Dict[str, float]:
+    return {"bfloat16": bf16, "float16": bf16, "float8_e4m3fn": bf16, "float8_e5m2": bf16,
+            "float32": bf16 * fp32_ratio}
+
+
+def _vec(bf16: float) -> Dict[str, float]:
+    # [TPC]: 64 fp32 lanes vs 128 bf16 lanes per cycle -> fp32 at half the bf16 rate
+    return {"bfloat16": bf16, "float16": bf16, "float32": bf16 / 2, "int32": bf16 / 2, "int64": bf16 / 4}
+
+
+GAUDI = Card(
+    name="gaudi", device_name="GAUDI", title="Intel Gaudi (first generation)",
+    mme_flops=_mme(60 * TERA, 0.25), vector_flops=_vec(8 * _PER_TPC_BF16 * 0.6),
+    hbm_bytes=32 * 2**30, hbm_bw=0.9e12, sram_bytes=24 * 2**20,
+    host_link_bw=32 * GIGA, nic_bw=125 * GIGA, mme_units=1, tpc_units=8,
+    recipe_launch_ns=30_000, kernel_ns=3_000,
+    notes={"mme_flops": "BF16 60 TFLOPS [HC24]; fp32 = 1/4 of bf16 (assumed)",
+           "vector_flops": "8 TPC [ARCH] of an older generation at 0.6x the Gaudi 3 per-TPC rate (assumed)",
+           "sram_bytes": "24 MB (assumed)",
+           "host_link_bw": "PCIe 64 GB/s bidirectional [HC24] -> 32 GB/s per direction",
+           "nic_bw": "2 Tb/s bidirectional [HC24] -> 125 GB/s per direction",
+           "recipe_launch_ns": "assumed (not published)", "kernel_ns": "assumed (not published)"})
+
+GAUDI2 = Card(
+    name="gaudi2", device_name="GAUDI2", title="Intel Gaudi 2",
+    mme_flops=_mme(432 * TERA, 0.25), vector_flops=_vec(24 * _PER_TPC_BF16),
+    hbm_bytes=96 * 2**30, hbm_bw=2.46e12, sram_bytes=48 * 2**20,
+    host_link_bw=32 * GIGA, nic_bw=300 * GIGA, mme_units=2, tpc_units=24,
+    recipe_launch_ns=20_000, kernel_ns=2_000,
+    notes={"mme_flops": "BF16 432 TFLOPS [HC24]; fp32 = 1/4 of bf16 (assumed)",
+           "vector_flops": "24 TPC [ARCH] x 0.448 TFLOPS (the Gaudi 3 per-TPC rate, assumed) = 10.8 TFLOPS bf16",
+           "host_link_bw": "PCIe 64 GB/s bidirectional [HC24] -> 32 GB/s per direction",
+           "nic_bw": "4.8 Tb/s bidirectional [HC24] -> 300 GB/s per direction",
+           "recipe_launch_ns": "assumed (not published)", "kernel_ns": "assumed (not published)"})
+
+GAUDI3 = Card(
+    name="gaudi3", device_name="GAUDI3", title="Intel Gaudi 3",
+    mme_flops=_mme(1835 * TERA, 0.25), vector_flops=_vec(28.7 * TERA),
+    hbm_bytes=128 * 2**30, hbm_bw=3.67e12, sram_bytes=96 * 2**20,
+    host_link_bw=64 * GIGA, nic_bw=600 * GIGA, mme_units=8, tpc_units=64,
+    recipe_launch_ns=15_000, kernel_ns=1_500,
+    notes={"mme_flops": "BF16 1835 TFLOPS [HC24]; fp32 = 1/4 of bf16 (assumed)",
+           "vector_flops": "BF16 vector 28.7 TFLOPS [HC24]",
+           "host_link_bw": "PCIe Gen5 128 GB/s bidirectional [HC24] -> 64 GB/s per direction",
+           "nic_bw": "9.6 Tb/s bidirectional [HC24] -> 600 GB/s per direction",
+           "recipe_launch_ns": "assumed (not published)", "kernel_ns": "assumed (not published)"})
+
+DEVICES: Dict[str, Card] = {c.name: c for c in (GAUDI, GAUDI2, GAUDI3)}

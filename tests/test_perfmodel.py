@@ -1,0 +1,264 @@
+"""The Gaudi clock (hpu_lab.perfmodel): cards, the cost model, retime() and estimate().
+
+Every assertion is on the model (deterministic) or on counts; none on wall time.
+"""
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import hpu_lab
+import hpu_lab.core as htcore
+from hpu_lab import config, events as ev, lazy, perfmodel as pm
+from hpu_lab.perfmodel import cost
+from hpu_lab.runtime import executor
+
+HPU = torch.device("hpu")
+
+
+class Net(nn.Module):            # seed 000's MNIST MLP
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(784, 128)
+        self.fc2 = nn.Linear(128, 10)
+        self.dropout = nn.Dropout(0.5)
+
+    def forward(self, x):
+        x = torch.flatten(x, 1)
+        x = self.dropout(F.relu(self.fc1(x)))
+        return F.log_softmax(self.fc2(x), dim=1)
+
+
+def seed_setup(batch=200):
+    torch.manual_seed(0)
+    model = Net().to(HPU)
+    opt = torch.optim.Adadelta(model.parameters(), lr=0.1)
+    x, y = torch.randn(batch, 1, 28, 28), torch.randint(0, 10, (batch,))
+
+    def step():
+        data, target = x.to(HPU), y.to(HPU)
+        opt.zero_grad(set_to_none=True)
+        loss = F.nll_loss(model(data), target)
+        loss.backward()
+        htcore.mark_step()
+        opt.step()
+        htcore.mark_step()
+        return loss
+    return model, opt, step
+
+
+def record(step, n=12, warm=3):
+    for _ in range(warm):
+        step()
+    torch.hpu.synchronize()
+    with ev.Collector() as c:
+        for _ in range(n):
+            step()
+        torch.hpu.synchronize()
+    return c.events
+
+
+# ------------------------------------------------------------------ cards and configuration
+
+def test_cards_and_device_name():
+    assert set(pm.DEVICES) == {"gaudi", "gaudi2", "gaudi3"}
+    assert pm.card().name == "gaudi2" and torch.hpu.get_device_name() == "GAUDI2"
+    for name, want in (("gaudi", "GAUDI"), ("gaudi3", "GAUDI3"), ("gaudi2", "GAUDI2")):
+        config.set(HPU_LAB_DEVICE=name)
+        assert torch.hpu.get_device_name() == want and pm.card().name == name
+    with pytest.raises(config.ConfigError, match="HPU_LAB_DEVICE"):
+        config.set(HPU_LAB_DEVICE="h100")
+    with pytest.raises(ValueError, match="unknown device"):
+        pm.card("tpu")
+    g1, g2, g3 = (pm.DEVICES[n] for n in ("gaudi", "gaudi2", "gaudi3"))
+    assert g2.mme_rate("bfloat16") == 432e12 and g3.mme_rate("bfloat16") == 1835e12
+    assert (g1.hbm_bw, g2.hbm_bw, g3.hbm_bw) == (0.9e12, 2.46e12, 3.67e12)
+    assert g3.vector_rate("bfloat16") == 28.7e12 and (g2.tpc_units, g3.tpc_units, g3.mme_units) == (24, 64, 8)
+
+
+# ------------------------------------------------------------------ roofline facts (estimate: nothing runs)
+
+def _matmul(n, dtype):
+    a = torch.empty(n, n, dtype=dtype, device=HPU)
+    b = torch.empty(n, n, dtype=dtype, device=HPU)
+    return lambda: a @ b
+
+
+def test_big_bf16_matmul_costs_its_flops_at_peak():
+    ns = pm.estimate(_matmul(4096, torch.bfloat16), device="gaudi2")
+    ideal = 2 * 4096 ** 3 / 432e12 * 1e9
+    assert ideal < ns < ideal / cost.EFFICIENCY["mme"] * 1.05 + 100_000
+
+
+def test_faster_card_and_bf16_are_cheaper():
+    f = _matmul(2048, torch.bfloat16)
+    g1, g2, g3 = (pm.estimate(f, device=d) for d in ("gaudi", "gaudi2", "gaudi3"))
+    assert g3 < g2 < g1
+    assert pm.estimate(f) < pm.estimate(_matmul(2048, torch.float32))
+
+
+def test_fusion_moves_only_boundary_tensors():
+    x = torch.empty(4096, 4096, device=HPU)
+
+    def chain():
+        return ((x * 2 + 1).relu() - 3).sigmoid()
+    fused, unfused = pm.estimate(chain), pm.estimate(chain, fusion=False)
+    assert fused < unfused / 3          # one read + one write instead of five of each
+    rep = pm.estimate_report(chain)
+    (summary, c), = rep.recipes
+    assert c.kernels == 1 and c.hbm_bytes == 2 * 4096 * 4096 * 4
+
+
+def test_pinned_copy_cheaper_than_pageable():
+    for card in pm.DEVICES.values():
+        assert pm.copy_ns(64 << 20, card, pinned=True) < pm.copy_ns(64 << 20, card, pinned=False)
+
+
+def test_ring_collective():
+    g2 = pm.DEVICES["gaudi2"]
+    assert pm.collective_ns("all_reduce", 1 << 30, 1, g2) == 0
+    one, eight = pm.collective_ns("all_reduce", 1 << 30, 2, g2), pm.collective_ns("all_reduce", 1 << 30, 8, g2)
+    assert one < eight < 2 * one        # 2(p-1)/p of the bytes: 1x for p=2, 1.75x for p=8
+    assert pm.collective_ns("all_gather", 1 << 30, 8, g2) < eight
+
+
+def test_estimate_runs_nothing_and_leaves_the_runtime_as_it_was():
+    model, opt, step = seed_setup()
+    step()
+    torch.hpu.synchronize()
+    before = [p.detach().cpu().clone() for p in model.parameters()]
+    last = executor.stream(0).last()
+    compiles = hpu_lab.metrics.metric_global("graph_compilation").stats()
+    with ev.Collector() as c:
+        ns = pm.estimate(step, device="gaudi3")
+    assert ns > 0 and not c.events                      # muted: no op, no launch reached observers
+    assert not lazy.S.pg.nodes                          # no pending node left behind
+    assert executor.stream(0).last() is last            # nothing launched
+    assert hpu_lab.metrics.metric_global("graph_compilation").stats() == compiles
+    for p, b in zip(model.parameters(), before):        # the optimizer step inside was undone
+        assert torch.equal(p.detach().cpu(), b)
+    rep = pm.estimate_report(step)
+    assert len(rep.recipes) == 2                        # two mark_steps: two recipes
+    loss = step()                                       # the model still trains for real
+    assert torch.isfinite(loss.cpu())
+
+
+def test_estimate_refuses_a_host_sync_and_poisons_its_tensors():
+    x = torch.ones(8, device=HPU)
+    with pytest.raises(pm.EstimateError, match="1 op is pending; call htcore.mark_step"):
+        pm.estimate(lambda: x * 2)
+    htcore.mark_step()
+    made = {}
+
+    def needs_value():
+        made["y"] = x * 2
+        return (x + 1).sum().item()
+    with pytest.raises(pm.EstimateError, match="host sync cannot be estimated"):
+        pm.estimate(needs_value)
+    assert not lazy.S.pg.nodes
+    with pytest.raises(Exception, match="perfmodel.estimate"):
+        made["y"].cpu()
+    assert torch.equal((x + 1).cpu(), torch.full((8,), 2.0))    # runtime still usable
+
+
+# ------------------------------------------------------------------ retime
+
+def test_seed000_step_is_host_bound_on_every_card():
+    _, _, step = seed_setup()
+    events = record(step)
+    for name in pm.DEVICES:
+        r = pm.retime(events, name)
+        assert r.verdict == "host-bound", r
+        assert r.launches == 24 and r.host_ns > 0 and isinstance(r.wall_ns, int)
+        assert r.device_busy_ns < 0.5 * r.wall_ns
+    busy = [pm.retime(events, n).device_busy_ns for n in ("gaudi", "gaudi2", "gaudi3")]
+    assert busy[0] > busy[1] > busy[2]
+
+
+def _burner():
+    return subprocess.Popen([sys.executable, "-c", "while True: pass"])
+
+
+def test_determinism_under_load():
+    _, _, step = seed_setup()
+    quiet = pm.retime(record(step), "gaudi2")
+    burn = _burner()
+    try:
+        loaded = pm.retime(record(step), "gaudi2")
+    finally:
+        burn.kill()
+        burn.wait()
+    dev = lambda r: [(s.label, s.duration_ns) for lane, ss in sorted(r.spans.items()) if lane != "host" for s in ss]
+    assert dev(quiet) == dev(loaded) and dev(quiet)
+    assert quiet.verdict == loaded.verdict == "host-bound"
+    assert quiet.device_busy_ns == loaded.device_busy_ns
+
+
+def test_device_bound_work_and_syncs_wait_for_the_model():
+    a = torch.randn(1024, 1024).to(HPU)
+
+    def step():
+        b = a
+        for _ in range(8):
+            b = b @ a
+        htcore.mark_step()
+        return b
+    step().cpu()                                     # compiled outside the window
+    with ev.Collector() as c:
+        for _ in range(4):
+            b = step()
+        b.cpu()
+    r = pm.retime(c.events, "gaudi")
+    assert r.verdict == "device-bound", r
+    execs = [e for e in r.events if isinstance(e, ev.DeviceExecution)]
+    sync = [e for e in r.events if isinstance(e, ev.HostSync)][-1]
+    assert sync.t_end >= max(e.t_end for e in execs) and r.sync_wait_ns > 0
+    for e in execs:                                  # device spans queue: start >= launch, no overlap
+        launch = next(x for x in r.events if isinstance(x, ev.Launch) and x.launch_id == e.launch_id)
+        assert e.t_start >= launch.t_end
+    ends = sorted((e.t_start, e.t_end) for e in execs)
+    assert all(b0 <= a1 for (_, b0), (a1, _) in zip(ends, ends[1:]))
+
+
+def test_blocked_host_time_is_counted_as_a_wait():
+    _, _, step = seed_setup(64)
+    step()
+    with ev.Collector() as c:
+        for _ in range(4):
+            time.sleep(0.03)                 # stands for a data loader waiting for its workers
+            step()
+        torch.hpu.synchronize()
+    r = pm.retime(c.events, "gaudi2")
+    waits = [e for e in r.events if isinstance(e, ev.HostWait)]
+    assert len(waits) >= 3 and r.blocked_ns >= 3 * 0.025e9
+    assert r.verdict == "host-bound"
+
+
+def test_observer_cpu_is_not_host_time():
+    _, _, step = seed_setup(64)
+    light = pm.retime(record(step, n=6), "gaudi2").host_ns
+    burnt = []
+
+    def heavy(e):                             # an expensive view on every op (e.g. a live redraw)
+        t = time.thread_time_ns()
+        while time.thread_time_ns() - t < 300_000:
+            pass
+        burnt.append(time.thread_time_ns() - t)
+    with ev.recorder.subscribe(heavy, kinds=[ev.OpAccumulated]):
+        loaded = pm.retime(record(step, n=6), "gaudi2").host_ns
+    observers = sum(burnt[-len(burnt) // 3 * 2:])     # the 6 recorded steps of 9 (3 warm-up)
+    assert observers > 2 * light                      # counted as host time, it would triple the host lane
+    assert loaded - light < 0.3 * observers           # what leaks is cache effects, not the observer's time
+
+
+def test_retime_of_unstamped_events_uses_wall_time():
+    g = ev.GraphSummary()
+    es = [ev.Launch(0, 0, "host", 0, launch_id=1, key="k", graph=g),
+          ev.HostSync(5_000_000, 5_000_000, "host", 0, launch_id=0)]
+    r = pm.retime(es, "gaudi2")
+    assert r.host_ns == 5_000_000 and r.launches == 1
+    assert any(isinstance(e, ev.DeviceExecution) for e in r.events)    # synthesized for the launch
