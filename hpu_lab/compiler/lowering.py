@@ -79,13 +79,17 @@ def _aten_ops(gm) -> int:
 
 def faithful(traced, gm) -> bool:
     """Does the trace record the fx code's computation? It must hold no tensor constant (a value
-    the tracer saw computed without recording the op) and no fewer ops than the fx code calls."""
+    the tracer saw computed without recording the op) and no fewer ops than the fx code calls.
+    A 0-dim constant is how the tracer records a Python scalar argument (``mul(x, 2.0)``); a
+    0-dim result computed past the tracer would also show as a missing op, which is counted."""
     n_ops = 0
     for node in traced.inlined_graph.nodes():
         kind = node.kind()
         if kind == "prim::Constant":
-            if any(isinstance(o.type(), torch._C.TensorType) for o in node.outputs()):
-                return False
+            for o in node.outputs():
+                t = o.type()
+                if isinstance(t, torch._C.TensorType) and t.dim() != 0:
+                    return False
         elif kind.startswith("aten::"):
             n_ops += 1
     return n_ops >= _aten_ops(gm)
