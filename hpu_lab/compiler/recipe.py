@@ -6,6 +6,7 @@ import itertools
 import torch
 import torch.fx
 
+from .. import widen    # imported here, never first on the device thread (its error path runs there)
 from ..runtime.executor import DeviceError
 
 
@@ -73,7 +74,6 @@ class Recipe:
             return fn(*args)
         except (NotImplementedError, RuntimeError) as e:
             # a dtype Gaudi computes and the CPU kernel lacks (fp8, some bf16/fp16): widen that node
-            from .. import widen
             if not widen.missing_kernel(e):
                 raise
             return widen.rerun(self, args, e)
