@@ -2,35 +2,22 @@
 
 Every assertion is on the model (deterministic) or on counts; none on wall time.
 """
+import functools
 import subprocess
 import sys
 import time
 
 import pytest
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 
 import hpu_lab
 import hpu_lab.core as htcore
 from hpu_lab import config, events as ev, lazy, perfmodel as pm
+from hpu_lab.examples import Net, train_step      # seed 000
 from hpu_lab.perfmodel import cost
 from hpu_lab.runtime import executor
 
 HPU = torch.device("hpu")
-
-
-class Net(nn.Module):            # seed 000's MNIST MLP
-    def __init__(self):
-        super().__init__()
-        self.fc1 = nn.Linear(784, 128)
-        self.fc2 = nn.Linear(128, 10)
-        self.dropout = nn.Dropout(0.5)
-
-    def forward(self, x):
-        x = torch.flatten(x, 1)
-        x = self.dropout(F.relu(self.fc1(x)))
-        return F.log_softmax(self.fc2(x), dim=1)
 
 
 def seed_setup(batch=200):
@@ -38,17 +25,7 @@ def seed_setup(batch=200):
     model = Net().to(HPU)
     opt = torch.optim.Adadelta(model.parameters(), lr=0.1)
     x, y = torch.randn(batch, 1, 28, 28), torch.randint(0, 10, (batch,))
-
-    def step():
-        data, target = x.to(HPU), y.to(HPU)
-        opt.zero_grad(set_to_none=True)
-        loss = F.nll_loss(model(data), target)
-        loss.backward()
-        htcore.mark_step()
-        opt.step()
-        htcore.mark_step()
-        return loss
-    return model, opt, step
+    return model, opt, functools.partial(train_step, model, opt, x, y)
 
 
 def record(step, n=12, warm=3):
