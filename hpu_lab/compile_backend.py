@@ -21,7 +21,6 @@ from __future__ import annotations
 import importlib.abc
 import inspect
 import operator
-import os
 import re
 import sys
 
@@ -30,7 +29,7 @@ import torch.utils._pytree as pytree
 
 from . import events as ev
 from . import lazy, ops
-from ._source import user_src
+from ._source import source_name, user_src
 from .compiler import passes
 from .compiler.recipe import Recipe
 from .graph import view as _view
@@ -325,9 +324,9 @@ def _passes(g) -> dict:
 
 
 def _src_of(stack_trace: str) -> str:
-    """'train.py:42' from the user frame dynamo recorded for a node."""
+    """'train.py:42' (or 'cell [5], line 18') from the user frame dynamo recorded for a node."""
     found = re.findall(r'File "([^"]+)", line (\d+)', stack_trace)
-    return f"{os.path.basename(found[-1][0])}:{found[-1][1]}" if found else ""
+    return source_name(found[-1][0], int(found[-1][1])) if found else ""
 
 
 # ---------------------------------------------------------------- the backend

@@ -138,18 +138,28 @@ def test_section_records_even_when_the_block_raises():
 
 
 def test_section_with_panel_outside_a_kernel(monkeypatch):
-    shown = []
-    monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
+    shown, updated = [], []
+
+    class Handle:                   # what display(..., display_id=True) returns
+        def update(self, obj, raw=False):
+            updated.append(obj)
+
+    monkeypatch.setattr("IPython.display.display", lambda obj, raw=False, display_id=None: shown.append(obj) or Handle())
     with widgets.section("shown", display=True, min_interval=10) as s:
         for e in host_bound_loop(steps=2):
             ev.emit(e)
-    assert shown == [s._panel.widget] and s._panel.finished
+    view = s._panel.widget._repr_mimebundle_()["application/vnd.jupyter.widget-view+json"]
+    assert [d["application/vnd.jupyter.widget-view+json"] for d in shown + updated] == [view, view]
+    assert s._panel.finished
     assert all(out.outputs for out in s._panel.outputs.values())
+    assert "image/png" in updated[0]        # the static picture (test_widgets_static.py)
 
 
 def test_magic_line_parsing():
-    assert widgets._parse_magic_line('"Training loop with capture" --as cap') == ("Training loop with capture", "cap", True)
-    assert widgets._parse_magic_line("Lazy mode --no-live") == ("Lazy mode", None, False)
+    assert widgets._parse_magic_line('"Training loop with capture" --as cap') == ("Training loop with capture", "cap", True,
+                                                                                             "timeline")
+    assert widgets._parse_magic_line("Lazy mode --no-live") == ("Lazy mode", None, False, "timeline")
+    assert widgets._parse_magic_line('"One recipe" --picture graph --as low') == ("One recipe", "low", True, "graph")
 
 
 def test_cell_magic_in_an_ipython_shell():

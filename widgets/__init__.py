@@ -33,14 +33,17 @@ __all__ = ["advise", "compare", "compare_rows", "draw_compare", "draw_graph", "t
 
 
 def _parse_magic_line(line: str):
-    """'"Training loop" --as lazy --no-live' -> (title, name, live)."""
+    """'"Training loop" --as lazy --no-live --picture graph' -> (title, name, live, picture)."""
     words = shlex.split(line)
-    title, name, live = [], None, True
+    title, name, live, picture = [], None, True, "timeline"
     i = 0
     while i < len(words):
         w = words[i]
-        if w == "--as" and i + 1 < len(words):
-            name = words[i + 1]
+        if w in ("--as", "--picture") and i + 1 < len(words):
+            if w == "--as":
+                name = words[i + 1]
+            else:
+                picture = words[i + 1]
             i += 2
             continue
         if w == "--no-live":
@@ -48,21 +51,35 @@ def _parse_magic_line(line: str):
         else:
             title.append(w)
         i += 1
-    return " ".join(title), name, live
+    return " ".join(title), name, live, picture
 
 
 def hpu_section(line: str, cell: str):
-    """%%hpu_section "title" [--as NAME] [--no-live]: run the cell inside ``section(title)``."""
+    """%%hpu_section "title" [--as NAME] [--no-live] [--picture timeline|graph|none]: run the cell
+    inside ``section(title)``; ``--picture``: what its output keeps as a static image (static.py)."""
     from IPython import get_ipython
     ip = get_ipython()
-    title, name, live = _parse_magic_line(line)
-    with section(title, live=live) as s:
-        result = ip.run_cell(cell)
+    title, name, live, picture = _parse_magic_line(line)
+    with section(title, live=live, picture=picture) as s:
+        result = _run_as_this_cell(ip, line, cell)
     if name:
         ip.user_ns[name] = s
     err = result.error_in_exec or result.error_before_exec
     if err is not None:      # already shown by run_cell: fail the cell without a second traceback
         raise SectionCellError(f"{type(err).__name__}: {err}") from err
+
+
+def _run_as_this_cell(ip, line: str, body: str):
+    """Run the magic's body so that what names its lines (tracebacks, hpu_lab's 'cell [5], line 18')
+    names the cell the learner sees: with that cell's execution count (IPython counted the cell
+    before running it, so a nested run_cell would take the next count) and its line numbers (the
+    body starts on the cell's second line: the magic's line goes first as a comment, since IPython
+    drops leading blank lines)."""
+    ip.execution_count -= 1
+    try:
+        return ip.run_cell(f"# %%hpu_section {line}\n" + body)
+    finally:
+        ip.execution_count += 1
 
 
 class SectionCellError(Exception):

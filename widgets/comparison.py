@@ -70,4 +70,5 @@ def compare(sections: Sequence, dpi: int = 80):
     from .panel import figure_bundle
     out = W.Output()
     out.outputs = (figure_bundle(draw_compare(sections), dpi),)
-    return W.VBox([W.HTML(compare_html(sections)), out])
+    from .static import snapshot     # also a static table + picture, for viewers without a kernel
+    return snapshot(W.VBox([W.HTML(compare_html(sections)), out]))

@@ -103,18 +103,24 @@ def _await_device(events: list, timeout: float = 2.0) -> None:
 
 
 @contextlib.contextmanager
-def section(title: str = "", live: bool = True, display: Optional[bool] = None, min_interval: float = 0.5):
+def section(title: str = "", live: bool = True, display: Optional[bool] = None, min_interval: float = 0.5,
+            picture: str = "timeline"):
     """Record the block's events into a ``Section`` (yielded). ``display``: show the panel
-    (default: only inside a Jupyter kernel). ``live``: redraw while the block runs."""
+    (default: only inside a Jupyter kernel). ``live``: redraw while the block runs. ``picture``:
+    what the panel's output also holds as a static PNG when the block ends, for viewers without
+    a kernel ("timeline", "graph" for the first compiled graph, or "none"; see static.py)."""
+    from .static import PICTURES
+    if picture not in PICTURES:
+        raise ValueError(f"picture must be one of {PICTURES}, got {picture!r}")
     s = Section(title)
     show = in_kernel() if display is None else display
     collector = None
     t0 = time.perf_counter()
     if show:
-        from IPython.display import display as ipy_display
+        from . import static
         from .panel import SectionPanel
         s._panel = SectionPanel(title, s.events, min_interval=min_interval)
-        ipy_display(s._panel.widget)
+        handle = static.display_panel(s._panel)
         s._panel.attach(live=live)
     else:
         collector = ev.Collector()
@@ -129,4 +135,5 @@ def section(title: str = "", live: bool = True, display: Optional[bool] = None, 
             collector.stop()
         else:
             s._panel.finalize()
+            static.leave_picture(handle, s._panel, picture)
         sections.append(s)
