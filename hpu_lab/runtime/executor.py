@@ -55,6 +55,7 @@ class _FailedInput(Exception):
 
 
 def _resolve(inp):
+    """The tensor behind a device buffer; a buffer spoiled by a failed launch raises its error."""
     t = inp.tensor
     if t is not None:
         return t
@@ -62,7 +63,7 @@ def _resolve(inp):
     if src is None:                      # empty memory never written before: allocate it now
         return inp.get()
     if src.error is not None:
-        raise _FailedInput(src.error)
+        raise src.error
     return src.outputs[inp.idx]
 
 
@@ -75,12 +76,13 @@ def _args(launch):
     unused = _unused_inputs(launch.recipe)
     out = []
     for k, inp in enumerate(launch.inputs):
-        try:
-            out.append(_resolve(inp))
-        except _FailedInput:
+        src = inp.launch if inp.tensor is None else None
+        if src is not None and src.error is not None:
             if k not in unused:
-                raise
+                raise _FailedInput(src.error)
             out.append(_NOTHING)
+        else:
+            out.append(_resolve(inp))
     return out
 
 
