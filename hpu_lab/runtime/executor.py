@@ -22,11 +22,12 @@ class DeviceError(RuntimeError):
 
 
 class Launch:
-    __slots__ = ("id", "recipe", "inputs", "outputs", "done", "error", "stream", "__weakref__")
+    __slots__ = ("id", "recipe", "inputs", "outputs", "done", "error", "stream", "srcs", "__weakref__")
 
-    def __init__(self, recipe, inputs, stream):
+    def __init__(self, recipe, inputs, stream, srcs=None):
         self.id = next(_launch_ids)
         self.recipe, self.inputs, self.stream = recipe, inputs, stream
+        self.srcs = srcs      # the user lines of this launch's ops (a cached recipe keeps its first)
         self.outputs = None
         self.error = None
         self.done = threading.Event()
@@ -151,7 +152,7 @@ class Stream:
                 launch.error = e.error
             except BaseException as e:  # noqa: BLE001 - reported at the next sync
                 ok = False
-                launch.error = launch.recipe.explain_failure(e, args)
+                launch.error = launch.recipe.explain_failure(e, args, launch.srcs)
                 _errors.add(launch.error)
             launch.inputs = None   # drop references: the buffers may be freed now
             t1 = ev.now()
