@@ -14,6 +14,9 @@ if _torch._C._get_privateuse1_backend_name() != "hpu":
     _torch.utils.rename_privateuse1_backend("hpu")
 
 from . import config, events, metrics  # noqa: F401
+
+config.validate_all()   # every setting is read now, as the bridge reads its flags at init: a
+                        # malformed one is refused here, naming it, not where its feature first runs
 from . import device as _device
 from . import lazy as _lazy
 

@@ -94,7 +94,29 @@ def _recipe_cache(name: str, raw: str) -> Optional[RecipeCacheConfig]:
             raise ConfigError(f"{name}={raw!r}: {form}") from None
         if max_mb <= 0:
             raise ConfigError(f"{name}={raw!r}: {form} (max size must be > 0)")
-    return RecipeCacheConfig(parts[0], delete, max_mb)
+    return RecipeCacheConfig(_cache_folder(name, raw, parts[0], form), delete, max_mb)
+
+
+def _cache_folder(name: str, raw: str, path: str, form: str) -> str:
+    """The folder of the disk cache, refused when it can never be one: a bare word (``garbage``
+    is a typo far more often than a folder meant to appear in the working directory), or a path
+    that is, or lies under, a regular file."""
+    if not (os.path.isabs(path) or path.startswith(("./", "../", "~"))) or path in (".", ".."):
+        raise ConfigError(f"{name}={raw!r}: {form}; the path must be absolute or start with ./, ../ "
+                          f"or ~ (got {path!r})")
+    full = os.path.abspath(os.path.expanduser(path))
+    p = full
+    while True:
+        if os.path.lexists(p):
+            if not os.path.isdir(p):
+                where = "is" if p == full else f"lies under {p}, which is"
+                raise ConfigError(f"{name}={raw!r}: the cache folder {full} {where} not a directory")
+            break
+        parent = os.path.dirname(p)
+        if parent == p:
+            break
+        p = parent
+    return os.path.expanduser(path)
 
 
 def _str(name: str, raw: str) -> str:
@@ -191,17 +213,19 @@ def set(**values: Any) -> None:  # noqa: A001 - mirrors os.environ-style setting
         if env not in SETTINGS:
             raise ConfigError(f"unknown setting {env!r}; known: {', '.join(sorted(SETTINGS))}")
         raw = str(raw).lower() if isinstance(raw, bool) else str(raw)
-        SETTINGS[env].parse(env, raw)          # validate before storing
+        value = SETTINGS[env].parse(env, raw)  # validate before storing; this is the read
         _overrides[env] = raw
-        _cache.pop(env, None)
+        _cache[env] = value
     _notify()
 
 
 def reload() -> None:
-    """Forget overrides and re-read the environment on next use."""
+    """Forget overrides and re-read the environment now: a malformed variable raises ConfigError
+    here, naming it (as at ``import hpu_lab``), not later where its feature first runs."""
     _overrides.clear()
     _cache.clear()
     _notify()
+    validate_all()
 
 
 def _notify() -> None:

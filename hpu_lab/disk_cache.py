@@ -275,7 +275,7 @@ def _unlink(path) -> bool:
     try:
         os.unlink(path)
         return True
-    except FileNotFoundError:
+    except OSError:          # gone already, or not ours to remove (a folder, no permission)
         return False
 
 
@@ -290,7 +290,14 @@ def folder():
     """The active cache folder (None when PT_HPU_RECIPE_CACHE_CONFIG is unset)."""
     cfg = config.get("PT_HPU_RECIPE_CACHE_CONFIG")
     if cfg != _state["cfg"]:
-        _state["cfg"], _state["folder"] = cfg, (Folder(cfg) if cfg is not None else None)
+        f = None
+        if cfg is not None:
+            try:
+                f = Folder(cfg)
+            except OSError as e:    # e.g. no permission, or the path became a file: run without it
+                _warn(f"PT_HPU_RECIPE_CACHE_CONFIG: cannot use {cfg.path!r} as the cache folder "
+                      f"({type(e).__name__}: {e}); the disk cache is off, the program runs on")
+        _state["cfg"], _state["folder"] = cfg, f
     return _state["folder"]
 
 

@@ -524,7 +524,8 @@ def flush(trigger: str, src: str, needed=None):
                                   output_count=len(outs), trigger=trigger, src=src))
         recipe = get_recipe(key, nodes, externals, outs, site)
         cap = S.capture
-        launch = launch_recipe(recipe, externals) if cap is None else cap.launch(recipe, externals)
+        launch = launch_recipe(recipe, externals, srcs=[n.src for n in nodes]) if cap is None else \
+            cap.launch(recipe, externals)
         # rebind: the outputs now live in device buffers that this launch produces
         produced = {}
         for k, o in enumerate(outs):
@@ -645,7 +646,7 @@ def _held_bytes(externals) -> int:
     return n
 
 
-def launch_recipe(recipe, externals, stream=None):
+def launch_recipe(recipe, externals, stream=None, srcs=None):
     """Check memory, then queue the recipe on the device; return at once."""
     memory.reserve_transient(recipe.peak_bytes, f"recipe {recipe.short_key} ({recipe.node_count} nodes)",
                              held=_held_bytes(externals))
@@ -654,7 +655,7 @@ def launch_recipe(recipe, externals, stream=None):
         src_launch = inp.launch
         if src_launch is not None and src_launch.stream != s.index and not src_launch.done.is_set():
             s.submit_fn(src_launch.done.wait)    # cross-stream dependency: wait, never read too early
-    launch = executor.Launch(recipe, list(externals), s.index)
+    launch = executor.Launch(recipe, list(externals), s.index, srcs)
     recipe.launches += 1
     if ev.wants(ev.Launch):
         t = ev.now()

@@ -11,12 +11,17 @@ is an observer of the event stream, so metrics never change what the runtime doe
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
+import os
 import threading
+import warnings
 from collections import Counter
+from datetime import datetime
 from typing import Dict, List, Optional, Tuple
 
+from . import config
 from . import events as ev
 
 
@@ -256,3 +261,141 @@ def metrics_dump(file: str, format: str = "json") -> None:  # noqa: A002 - bridg
                 f.write(f"{n}: {stats}\n")
     else:
         raise ValueError(f"metrics_dump: format must be 'json' or 'text', got {format!r}")
+
+
+# ---------------------------------------------------------------- PT_HPU_METRICS_FILE
+
+class MetricsFileWarning(RuntimeWarning):
+    pass
+
+
+class _Saver:
+    """The global metrics written to ``PT_HPU_METRICS_FILE`` at ``PT_HPU_METRICS_DUMP_TRIGGERS``,
+    in the bridge's format (``PT_HPU_METRICS_FILE_FORMAT``):
+
+    - json: one array of ``{"metric_name", "triggered_by", "generated_on", "statistics"}``
+      objects, appended as they are written and closed (``]``) when the process exits;
+    - text: per record ``Metric name:``, ``Triggered by:``, ``Generated on:``, ``Statistics:``
+      and one tab-indented ``<tag>: <value>`` line per statistic, then a blank line.
+
+    Triggers: ``process_exit`` (every metric, at exit), ``mark_step`` (every metric, after each
+    mark_step) and ``metric_change`` (a metric, each time its statistics change). The file is
+    created at the first write under a name no other process holds (``<file>``, else
+    ``<file>.1``, ...), with ``-rank<RANK>`` before the extension when RANK is set (torchrun).
+    A file that cannot be written warns once, naming the variable, and the program runs on."""
+
+    def __init__(self):
+        self._lock = threading.RLock()
+        self._handles: list = []
+        self._fh = None
+        self.path = None           # the file written, once created
+        self.base = ""
+        self.triggers = frozenset()
+        self.format = "json"
+        self._first = True
+        self._last: dict = {}
+
+    def configure(self) -> None:
+        with self._lock:
+            self.close()
+            for h in self._handles:
+                h.remove()
+            self._handles = []
+            self.base = config.get("PT_HPU_METRICS_FILE").strip()
+            self.triggers = config.get("PT_HPU_METRICS_DUMP_TRIGGERS") if self.base else frozenset()
+            self.format = config.get("PT_HPU_METRICS_FILE_FORMAT")
+            if "mark_step" in self.triggers:
+                self._handles.append(ev.subscribe(self._on_mark_step, (ev.MarkStep,)))
+            if "metric_change" in self.triggers:
+                self._last = {n: m.stats() for n, m in _GLOBAL.items()}
+                kinds = {k for m in _GLOBAL.values() for k in m.kinds}
+                self._handles.append(ev.subscribe(self._on_event, tuple(kinds)))
+
+    # ---- triggers
+    def _on_mark_step(self, e) -> None:
+        self.write_all("mark_step")
+
+    def _on_event(self, e) -> None:
+        with self._lock:
+            for name, m in _GLOBAL.items():
+                if type(e) in m.kinds:
+                    stats = m.stats()
+                    if stats != self._last.get(name):
+                        self._last[name] = stats
+                        self._write(name, stats, "metric_change")
+
+    def at_exit(self) -> None:
+        with self._lock:
+            if "process_exit" in self.triggers:
+                self.write_all("process_exit")
+            self.close()
+
+    # ---- the file
+    def write_all(self, trigger: str) -> None:
+        with self._lock:
+            for name, m in _GLOBAL.items():
+                self._write(name, m.stats(), trigger)
+
+    def _write(self, name, stats, trigger) -> None:
+        if not self.base:
+            return
+        now = datetime.now()
+        try:
+            if self._fh is None:
+                self._open()
+            if self.format == "json":
+                rec = {"metric_name": name, "triggered_by": trigger, "generated_on": now.isoformat(),
+                       "statistics": dict(stats)}
+                self._fh.write(("" if self._first else ",\n") + json.dumps(rec, default=str))
+            else:
+                self._fh.writelines([f"Metric name: {name}\n", f"Triggered by: {trigger}\n",
+                                     f"Generated on: {now}\n", "Statistics:\n",
+                                     *[f"\t{k}: {v}\n" for k, v in stats], "\n"])
+            self._fh.flush()
+            self._first = False
+        except OSError as err:
+            warnings.warn(f"PT_HPU_METRICS_FILE={self.base!r}: cannot write the metrics file "
+                          f"({type(err).__name__}: {err}); metrics are not dumped, the program runs on",
+                          MetricsFileWarning, stacklevel=2)
+            self.base = ""
+            self._fh = None
+
+    def _open(self) -> None:
+        name = os.path.expanduser(self.base)
+        for var in ("RANK", "OMPI_COMM_WORLD_RANK"):
+            if var in os.environ:
+                root, ext = os.path.splitext(name)
+                name = f"{root}-rank{os.environ[var]}{ext}"
+                break
+        folder = os.path.dirname(name)
+        if folder:
+            os.makedirs(folder, exist_ok=True)
+        candidate, i = name, 0
+        while True:
+            try:
+                self._fh = open(candidate, "x")
+                break
+            except FileExistsError:
+                i += 1
+                candidate = f"{name}.{i}"
+        self.path = candidate
+        self._first = True
+        if self.format == "json":
+            self._fh.write("[")
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fh is not None:
+                try:
+                    if self.format == "json":
+                        self._fh.write("]\n")
+                    self._fh.close()
+                except OSError:
+                    pass
+                self._fh = None
+
+
+saver = _Saver()
+saver.configure()
+config.on_change(saver.configure)
+atexit.register(saver.at_exit)

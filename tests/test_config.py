@@ -1,10 +1,17 @@
 """hpu_lab.config: every setting in one place, settable from Python, malformed values named."""
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
 import hpu_lab
 from hpu_lab import config, lazy
 from hpu_lab.config import ConfigError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(autouse=True)
@@ -105,14 +112,125 @@ def test_reload_forgets_overrides_and_rereads_the_environment(monkeypatch):
     assert config.get("LOG_LEVEL_PT_FALLBACK") == 5      # the default
 
 
-def test_malformed_environment_surfaces_where_the_setting_is_used(monkeypatch):
+def test_a_malformed_environment_is_refused_when_read(monkeypatch):
     monkeypatch.setenv("HPU_LAB_MEMORY_LIMIT", "lots")
-    config.reload()
+    with pytest.raises(ConfigError, match="HPU_LAB_MEMORY_LIMIT='lots'"):
+        config.reload()                                   # read now: refused now, not at first use
     with pytest.raises(ConfigError, match="HPU_LAB_MEMORY_LIMIT='lots'"):
         torch.hpu.mem_get_info()
     config.set(HPU_LAB_MEMORY_LIMIT="1GiB")                # fixed from Python: usable again
     assert torch.hpu.mem_get_info()[1] == 1 << 30
     assert (torch.ones(2).to("hpu") * 2).cpu().tolist() == [2.0, 2.0]
+
+
+@pytest.mark.parametrize("env,raw", [("LOG_LEVEL_PT_FALLBACK", "loud"), ("PT_HPU_GRAPH_DUMP_FORMAT", "png"),
+                                     ("PT_HPU_ENABLE_LAZY_COLLECTIVES", "sometimes"),
+                                     ("PT_HPU_METRICS_FILE_FORMAT", "xml"),
+                                     ("PT_HPU_RECIPE_CACHE_CONFIG", "garbage")])
+def test_settings_whose_feature_has_not_run_are_still_refused_when_read(env, raw, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(env, raw)
+    with pytest.raises(ConfigError, match=f"{env}={raw!r}"):
+        config.reload()
+    assert os.listdir(tmp_path) == []                      # nothing created (no ./garbage)
+
+
+def test_import_refuses_a_malformed_setting(tmp_path):
+    env = dict(os.environ, PYTHONPATH=ROOT, PT_HPU_GRAPH_DUMP_FORMAT="png")
+    p = subprocess.run([sys.executable, "-c", "import hpu_lab"], env=env, capture_output=True, text=True,
+                       cwd=tmp_path)
+    assert p.returncode != 0
+    assert "ConfigError: PT_HPU_GRAPH_DUMP_FORMAT='png': expected one of pbtxt, svg, graphml, dot" in p.stderr
+
+
+@pytest.mark.parametrize("raw", ["garbage", "recipes,true,10", ".", "/x,true,10,false"])
+def test_a_recipe_cache_path_that_is_not_a_folder_path_is_refused(raw):
+    with pytest.raises(ConfigError, match=r"PT_HPU_RECIPE_CACHE_CONFIG=.*expected <path>,<delete true/false>"):
+        config.set(PT_HPU_RECIPE_CACHE_CONFIG=raw)
+
+
+def test_a_recipe_cache_path_under_a_regular_file_is_refused(tmp_path):
+    f = tmp_path / "a_file"
+    f.write_text("x")
+    with pytest.raises(ConfigError, match=f"the cache folder {f}/rc lies under {f}, which is not a directory"):
+        config.set(PT_HPU_RECIPE_CACHE_CONFIG=f"{f}/rc,false,10")
+    with pytest.raises(ConfigError, match=f"the cache folder {f} is not a directory"):
+        config.set(PT_HPU_RECIPE_CACHE_CONFIG=f"{f},false,10")
+    config.set(PT_HPU_RECIPE_CACHE_CONFIG=f"./rc,false,10")            # relative forms are fine
+    assert config.get("PT_HPU_RECIPE_CACHE_CONFIG").path == "./rc"
+
+
+def test_a_cache_folder_that_becomes_unusable_turns_the_cache_off_and_runs_on(tmp_path):
+    from hpu_lab import disk_cache
+    import hpu_lab.core as htcore
+    d = tmp_path / "later_a_file"
+    config.set(PT_HPU_RECIPE_CACHE_CONFIG=f"{d},false,10")           # fine when read...
+    d.write_text("now a regular file")                                 # ...then the path changes
+    x = torch.arange(5.).to("hpu")
+    with pytest.warns(disk_cache.DiskCacheWarning, match="PT_HPU_RECIPE_CACHE_CONFIG: cannot use .* the disk cache is off"):
+        y = (x * 3 + 1).exp()
+        htcore.mark_step()
+    assert torch.equal(y.cpu(), (torch.arange(5.) * 3 + 1).exp())
+
+
+# ---------------------------------------------------------------- PT_HPU_METRICS_FILE
+
+METRICS_CHILD = """
+import torch, hpu_lab, hpu_lab.core as htcore
+x = torch.ones(3).to("hpu")
+for k in range(2):
+    x = x * 2
+    htcore.mark_step()
+print(x.cpu().tolist())
+"""
+
+
+def _metrics_run(tmp_path, **env):
+    e = dict(os.environ, PYTHONPATH=ROOT, **env)
+    p = subprocess.run([sys.executable, "-c", METRICS_CHILD], env=e, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    return p
+
+
+def test_metrics_file_json_at_every_trigger(tmp_path):
+    path = tmp_path / "out" / "metrics.json"
+    _metrics_run(tmp_path, PT_HPU_METRICS_FILE=str(path),
+                 PT_HPU_METRICS_DUMP_TRIGGERS="process_exit,mark_step,metric_change")
+    recs = json.loads(path.read_text())                    # a whole JSON array, closed at exit
+    assert set(recs[0]) == {"metric_name", "triggered_by", "generated_on", "statistics"}
+    by = {}
+    for r in recs:
+        by.setdefault(r["triggered_by"], []).append(r)
+    names = set(hpu_lab.metrics.names())
+    assert {r["metric_name"] for r in by["process_exit"]} == names
+    assert len(by["mark_step"]) == 2 * len(names)           # every metric after each mark_step
+    last = {r["metric_name"]: r["statistics"] for r in by["process_exit"]}
+    assert last["mark_step"]["TotalNumber"] == 2 and last["graph_compilation"]["TotalNumber"] == 1
+    changes = [r["statistics"]["TotalNumber"] for r in by["metric_change"] if r["metric_name"] == "graph_launch"]
+    assert changes == [1, 2]                                # written when it changed, each time
+
+
+def test_metrics_file_text_default_trigger_and_unique_names(tmp_path):
+    path = tmp_path / "m.txt"
+    for _ in range(2):
+        _metrics_run(tmp_path, PT_HPU_METRICS_FILE=str(path), PT_HPU_METRICS_FILE_FORMAT="text")
+    first, second = path.read_text(), (tmp_path / "m.txt.1").read_text()   # never overwritten
+    assert first.count("Triggered by: process_exit") == len(hpu_lab.metrics.names())
+    assert "Metric name: mark_step\nTriggered by: process_exit\nGenerated on: " in second
+    assert "Statistics:\n\tTotalNumber: 2\n" in first
+
+
+def test_metrics_file_per_rank(tmp_path):
+    _metrics_run(tmp_path, PT_HPU_METRICS_FILE=str(tmp_path / "m.json"), RANK="3")
+    assert os.listdir(tmp_path) == ["m-rank3.json"]
+
+
+def test_an_unwritable_metrics_file_warns_and_the_program_runs_on(tmp_path):
+    (tmp_path / "f").write_text("x")
+    p = _metrics_run(tmp_path, PT_HPU_METRICS_FILE=str(tmp_path / "f" / "m.json"),
+                     PT_HPU_METRICS_DUMP_TRIGGERS="mark_step")
+    assert "PT_HPU_METRICS_FILE=" in p.stderr and "the program runs on" in p.stderr
+    assert p.stdout.strip() == "[4.0, 4.0, 4.0]"
 
 
 def test_every_documented_variable_is_known():

@@ -246,3 +246,18 @@ def test_capture_misuse_is_refused_and_the_runtime_goes_on(misuse):
     y = x * 3
     htcore.mark_step()
     assert torch.equal(y.cpu(), x.cpu() * 3)
+
+
+@pytest.mark.parametrize("mode", ["lazy", "eager"])
+def test_an_error_names_the_line_of_the_launch_not_of_the_first_compile(mode):
+    import inspect
+    config.set(PT_HPU_LAZY_MODE="1" if mode == "lazy" else "0")
+    x = torch.arange(5.).to("hpu")
+    good = x.index_select(0, torch.tensor([1, 2]).to("hpu")) * 2      # compiles the recipe here
+    _step(mode)
+    assert good.cpu().tolist() == [2.0, 4.0]
+    bad = x.index_select(0, torch.tensor([1, 9]).to("hpu")) * 2       # same recipe, this line
+    line = inspect.currentframe().f_lineno - 1
+    _step(mode)
+    with pytest.raises(DeviceError, match=rf"aten::index_select failed on the device \(op created at test_faults.py:{line}\)"):
+        bad.cpu()

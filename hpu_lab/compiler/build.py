@@ -44,11 +44,12 @@ def build_fx(nodes, externals, outs):
             return tuple(arg(x) for x in a)
         return a
 
-    for n in nodes:
+    for k, n in enumerate(nodes):
         f = g.call_function(n.op, tuple(arg(a) for a in n.args), {k: arg(v) for k, v in n.kwargs.items()})
         name = target_name(n.op)
         f.meta["op_name"] = name
         f.meta["src"] = n.src
+        f.meta["node_index"] = k       # position in the pending graph: a launch's own source lines
         f.meta["helper"] = n.op in HELPER_NAMES
         if n.spec is None:
             f.meta["hpu_meta"] = n.outs[0].meta
@@ -63,6 +64,7 @@ def build_fx(nodes, externals, outs):
                     cur.meta["helper"] = True
                 cur.meta["hpu_meta"] = out.meta
                 cur.meta["src"] = n.src
+                cur.meta["node_index"] = k
                 env[id(out)] = cur
     g.output(tuple(env[id(o)] for o in outs))
     return g

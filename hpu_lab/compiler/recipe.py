@@ -90,7 +90,7 @@ class Recipe:
                 return False
         return True
 
-    def explain_failure(self, exc, args):
+    def explain_failure(self, exc, args, srcs=None):
         """Find which node failed (re-running node by node) and name its op and user line.
 
         This runs on the device thread, so it may import nothing: not ``fx.Interpreter.run``,
@@ -109,6 +109,9 @@ class Recipe:
         if failing is not None:
             op = failing.meta.get("op_name", str(failing.target))
             src = failing.meta.get("src", "?")
+            k = failing.meta.get("node_index")
+            if srcs is not None and k is not None and k < len(srcs) and srcs[k]:
+                src = srcs[k]          # this launch's line, not the one the recipe was compiled at
             return DeviceError(f"{op} failed on the device (op created at {src}): {type(exc).__name__}: {exc}")
         return DeviceError(f"recipe {self.short_key} failed on the device: {type(exc).__name__}: {exc}")
 

@@ -22,11 +22,12 @@ class DeviceError(RuntimeError):
 
 
 class Launch:
-    __slots__ = ("id", "recipe", "inputs", "outputs", "done", "error", "stream", "__weakref__")
+    __slots__ = ("id", "recipe", "inputs", "outputs", "done", "error", "stream", "srcs", "__weakref__")
 
-    def __init__(self, recipe, inputs, stream):
+    def __init__(self, recipe, inputs, stream, srcs=None):
         self.id = next(_launch_ids)
         self.recipe, self.inputs, self.stream = recipe, inputs, stream
+        self.srcs = srcs      # the user lines of this launch's ops (a cached recipe keeps its first)
         self.outputs = None
         self.error = None
         self.done = threading.Event()
@@ -56,6 +57,7 @@ class _FailedInput(Exception):
 
 
 def _resolve(inp):
+    """The tensor behind a device buffer; a buffer spoiled by a failed launch raises its error."""
     t = inp.tensor
     if t is not None:
         return t
@@ -63,7 +65,7 @@ def _resolve(inp):
     if src is None:                      # empty memory never written before: allocate it now
         return inp.get()
     if src.error is not None:
-        raise _FailedInput(src.error)
+        raise src.error
     return src.outputs[inp.idx]
 
 
@@ -76,12 +78,13 @@ def _args(launch):
     unused = _unused_inputs(launch.recipe)
     out = []
     for k, inp in enumerate(launch.inputs):
-        try:
-            out.append(_resolve(inp))
-        except _FailedInput:
+        src = inp.launch if inp.tensor is None else None
+        if src is not None and src.error is not None:
             if k not in unused:
-                raise
+                raise _FailedInput(src.error)
             out.append(_NOTHING)
+        else:
+            out.append(_resolve(inp))
     return out
 
 
@@ -150,7 +153,7 @@ class Stream:
                 launch.error = e.error
             except BaseException as e:  # noqa: BLE001 - reported at the next sync
                 ok = False
-                launch.error = launch.recipe.explain_failure(e, args)
+                launch.error = launch.recipe.explain_failure(e, args, launch.srcs)
                 _errors.add(launch.error)
             launch.inputs = None   # drop references: the buffers may be freed now
             t1 = ev.now()
