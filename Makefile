@@ -17,7 +17,7 @@ RUN    := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" VIRTUAL_ENV="$(CURDIR)/$(VENV)"
 # Extra pytest arguments, e.g. make test PYTEST_ARGS='-m "not browser" -x'
 PYTEST_ARGS ?=
 
-.PHONY: help setup lab test bench chromium FORCE
+.PHONY: help setup lab test bench fuzz chromium FORCE
 FORCE:
 .DEFAULT_GOAL := help
 
@@ -25,6 +25,7 @@ help:
 	@echo "make lab    set up, then open JupyterLab on notebooks/ (optional PORT=8888 IP=127.0.0.1)"
 	@echo "make test   set up, then run pytest on tests/ (browser test included) and nbval on notebooks/"
 	@echo "make bench  set up, then run python -m hpu_lab.bench"
+	@echo "make fuzz   set up, then run every OpInfo sample (6 configs) and 300 random programs vs CPU"
 
 setup: $(VENV)/.installed chromium
 
@@ -79,3 +80,14 @@ test: setup
 
 bench: setup
 	$(RUN) $(PY) -m hpu_lab.bench
+
+# The full differential runs (tests/ runs a sample of each): every sample of every OpInfo op in
+# float32, bfloat16 and with gradients, lazy and eager; then random programs, shrunk when they fail.
+# FUZZ_ARGS / PROGRAMS narrow it, e.g. make fuzz FUZZ_ARGS='f32-lazy --per-op 3' PROGRAMS=50
+FUZZ_ARGS ?=
+PROGRAMS ?= 300
+fuzz: $(VENV)/.installed
+	@status=0; \
+	$(RUN) $(PY) tests/opinfo_diff.py --isolate $(FUZZ_ARGS) || status=$$?; \
+	$(RUN) $(PY) tests/fuzz_programs.py --programs $(PROGRAMS) || { rc=$$?; [ $$status != 0 ] || status=$$rc; }; \
+	exit $$status
