@@ -33,6 +33,9 @@ _compile_backend.install()  # torch.compile(backend="hpu_backend"), registered w
 from . import module_apply as _module_apply  # noqa: E402
 
 _module_apply.install()     # Module.to("hpu") keeps shared parameters shared (claim M12)
+from . import sdpa as _sdpa  # noqa: E402
+
+_sdpa.install()             # F.scaled_dot_product_attention: one node, CPU's kernel
 from . import distributed as _distributed  # noqa: E402,F401  # init_process_group("hccl") (REFERENCE 7)
 
 
