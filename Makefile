@@ -19,7 +19,7 @@ RUN    := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" VIRTUAL_ENV="$(CURDIR)/$(VENV)"
 # Extra pytest arguments, e.g. make test PYTEST_ARGS='-m "not browser" -x'
 PYTEST_ARGS ?=
 
-.PHONY: help setup lab test bench notebooks bridge-suite chromium FORCE
+.PHONY: help setup lab test bench notebooks bridge-suite fuzz chromium FORCE
 FORCE:
 .DEFAULT_GOAL := help
 
@@ -29,6 +29,7 @@ help:
 	@echo "make bench  set up, then run python -m hpu_lab.bench"
 	@echo "make notebooks  set up, then run the notebooks from their .py sources into the .ipynb (NB=02 for one)"
 	@echo "make bridge-suite BRIDGE=<gaudi-pytorch-bridge checkout>  run Intel's lazy-mode bridge tests on hpu_lab"
+	@echo "make fuzz   set up, then run every OpInfo sample (6 configs) and 300 random programs vs CPU"
 
 setup: $(VENV)/.installed chromium
 
@@ -96,3 +97,14 @@ BRIDGE_ARGS ?=
 bridge-suite: setup
 	@test -n "$(BRIDGE)" || { echo "usage: make bridge-suite BRIDGE=<path of a gaudi-pytorch-bridge checkout>"; exit 2; }
 	$(RUN) $(PY) -m hpu_lab.tools.bridge_suite "$(BRIDGE)" $(BRIDGE_ARGS)
+
+# The full differential runs (tests/ runs a sample of each): every sample of every OpInfo op in
+# float32, bfloat16 and with gradients, lazy and eager; then random programs, shrunk when they fail.
+# FUZZ_ARGS / PROGRAMS narrow it, e.g. make fuzz FUZZ_ARGS='f32-lazy --per-op 3' PROGRAMS=50
+FUZZ_ARGS ?=
+PROGRAMS ?= 300
+fuzz: $(VENV)/.installed
+	@status=0; \
+	$(RUN) $(PY) tests/opinfo_diff.py --isolate $(FUZZ_ARGS) || status=$$?; \
+	$(RUN) $(PY) tests/fuzz_programs.py --programs $(PROGRAMS) || { rc=$$?; [ $$status != 0 ] || status=$$rc; }; \
+	exit $$status

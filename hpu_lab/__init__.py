@@ -39,6 +39,9 @@ _module_apply.install()     # Module.to("hpu") keeps shared parameters shared (c
 from . import pinned as _pinned  # noqa: E402
 
 _pinned.install()           # tensor.pin_memory() / is_pinned() for the hpu device (pinned.py)
+from . import sdpa as _sdpa  # noqa: E402
+
+_sdpa.install()             # F.scaled_dot_product_attention: one node, CPU's kernel
 from . import distributed as _distributed  # noqa: E402,F401  # init_process_group("hccl") (REFERENCE 7)
 
 from . import _disk_hooks  # noqa: E402

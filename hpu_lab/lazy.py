@@ -751,11 +751,22 @@ def host_op(func, args, kwargs, reason):
 
 def to_hpu_result(res):
     if isinstance(res, torch.Tensor):
-        c = res.contiguous() if not res.is_contiguous() else res
+        # CPU's layout, when it is a dense one (nonzero's is column-major: flatten must copy, as
+        # on CPU); a view with gaps is laid out contiguous
+        if res.storage_offset() == 0 and _dense_layout(res):
+            c = res
+        elif _dense_layout(res):
+            c = torch.empty_strided(res.shape, res.stride(), dtype=res.dtype).copy_(res)
+        else:
+            c = res.contiguous()
         return wrap_new((tuple(c.shape), tuple(c.stride()), c.dtype), Inp(c, (tuple(c.shape), tuple(c.stride()), c.dtype)))
     if isinstance(res, (list, tuple)):
         return type(res)(to_hpu_result(x) for x in res)
     return res
+
+
+def _dense_layout(t) -> bool:
+    return torch._prims_common.is_non_overlapping_and_dense_or_false(t)
 
 
 # ---------------------------------------------------------------- special ops
@@ -934,7 +945,22 @@ def physical(op):
     return handler
 
 
+def native_layer_norm(func, args, kwargs):
+    """CPU's kernel returns mean and rstd in the input's dtype (the parameters' when they differ,
+    e.g. float32 weights on bfloat16 input); the meta kernel says float32 for reduced precision.
+    The device runs CPU's kernel, so the tensors must say what it returns."""
+    out, mean, rstd = functional_op(func, args, kwargs)
+    x = args[0]
+    w = args[2] if len(args) > 2 else kwargs.get("weight")
+    want = w.dtype if isinstance(w, torch.Tensor) and w.dtype != x.dtype else x.dtype
+    if mean.dtype != want:
+        mean = functional_op(aten._to_copy.default, (mean,), {"dtype": want})
+        rstd = functional_op(aten._to_copy.default, (rstd,), {"dtype": want})
+    return out, mean, rstd
+
+
 SPECIAL = {
+    aten.native_layer_norm.default: native_layer_norm,
     aten.copy_.default: copy_,
     aten._to_copy.default: to_copy,
     aten._local_scalar_dense.default: local_scalar_dense,

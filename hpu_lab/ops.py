@@ -85,12 +85,26 @@ def inplace_info(func):
         if written and name.endswith("_") and not out_kw:
             packet = getattr(aten, name[:-1], None)
             if packet is not None:
-                ov = getattr(packet, func._overloadname, None)
-                if ov is not None and len(ov._schema.arguments) == len(schema.arguments):
-                    functional = ov
+                functional = _twin(packet, func)
         info = (written, out_kw, functional)
     _INPLACE[func] = info
     return info
+
+
+def _arg_types(schema):
+    return [(a.name, str(a.type), a.kwarg_only) for a in schema.arguments]
+
+
+def _twin(packet, func):
+    """The functional overload taking the same arguments (names and types): pow_.Scalar's twin is
+    pow.Tensor_Scalar, not pow.Scalar (which takes a Scalar base and a Tensor exponent)."""
+    want = _arg_types(func._schema)
+    same_name = getattr(packet, func._overloadname, None)
+    cands = ([same_name] if same_name is not None else []) + [getattr(packet, o) for o in packet.overloads()]
+    for ov in cands:
+        if _arg_types(ov._schema) == want:
+            return ov
+    return None
 
 
 def is_view(func) -> bool:

@@ -1,69 +1,73 @@
-"""Differential test: PyTorch's OpInfo database (float32 samples) on "hpu" vs CPU.
+"""Differential test: PyTorch's OpInfo database on "hpu" vs CPU (harness: ``opinfo_diff.py``).
 
-Every op either gives CPU's answer or raises a clear error; a wrong answer fails the test.
+Every sample either gives CPU's answer (values, dtype, shape and strides) or raises a clear error;
+a wrong answer fails the test. ``make test`` runs a deterministic subset within its time budget:
+one float32 sample of every op in lazy mode, and one sample in eager mode (every second op), in
+bfloat16 (every third op) and through autograd (input gradients, every fourth op, in a child
+process). ``make fuzz`` runs every sample of every op in all six configurations and prints the
+figures (docs/correctness.md). ``HPU_LAB_OPINFO_SAMPLES=n`` takes n samples per op and config here.
 """
+import os
+import zlib
+
 import pytest
 import torch
 
-import hpu_lab  # noqa: F401
-import hpu_lab.core as htcore
+import opinfo_diff as od
+from hpu_lab import config
 
-op_db = pytest.importorskip("torch.testing._internal.common_methods_invocations").op_db
+if od.op_db is None:
+    pytest.skip("torch.testing._internal is not available", allow_module_level=True)
 
-# ops whose CPU reference itself is not repeatable, or that have no hpu meaning
-SKIP = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "empty_permuted",
-        "nn.functional.dropout", "nn.functional.dropout2d", "nn.functional.dropout3d",
-        "nn.functional.alpha_dropout", "nn.functional.feature_alpha_dropout", "torch.empty",
-        "item", "to_sparse", "sparse.sampled_addmm", "sparse.mm", "nonzero_static", "to",
-        "H", "mH", "T", "mT", "resize_", "resize_as_", "histogramdd", "histogram",
-        "normal", "bernoulli", "multinomial", "uniform", "cauchy", "exponential", "geometric",
-        "log_normal", "randint_like", "rand_like", "randn_like", "randint", "randn", "rand",
-        # as_strided addresses the *storage*: .to("hpu") copies a partial view into a fresh one
-        "as_strided", "as_strided_scatter", "as_strided_copy"}
-CLEAR = (NotImplementedError, RuntimeError, TypeError, ValueError, IndexError)
+N = int(os.environ.get("HPU_LAB_OPINFO_SAMPLES", "0") or 0)
+PLAN = [("f32-lazy", 1), ("f32-eager", 2), ("bf16-lazy", 3)]     # (config, every k-th op)
+
+# Values equal, strides not: the op's meta kernel (which gives the hpu tensor its layout before
+# anything runs) lays the result out differently from CPU's kernel (LAPACK and FFT results are
+# column-major on CPU). Documented in docs/correctness.md; every other op must match CPU's strides.
+LAYOUT_DIFFERS = ("fft.", "linalg.", "svd", "pca_lowrank", "svd_lowrank", "ormqr", "nn.functional.max_unpool",
+                  "lu", "qr", "geqrf", "cholesky", "triangular_solve", "eig", "lstsq")
 
 
-def _to(x, dev):
-    if isinstance(x, torch.Tensor):
-        return x.to(dev) if x.device.type == "cpu" and x.layout == torch.strided else x
-    if isinstance(x, (list, tuple)):
-        return type(x)(_to(y, dev) for y in x)
-    if isinstance(x, dict):
-        return {k: _to(v, dev) for k, v in x.items()}
-    return x
+def _every(op, k):
+    return k == 1 or N or zlib.crc32(od.op_id(op).encode()) % k == 0
 
 
-def _cpu(x):
-    if isinstance(x, torch.Tensor):
-        return x.cpu() if x.device.type == "hpu" else x
-    if isinstance(x, (list, tuple)):
-        return type(x)(_cpu(y) for y in x)
-    return x
+def _verdict(op, cfg, i, kind, detail):
+    if kind == "wrong":
+        return f"{cfg} sample {i}: wrong: {detail}"
+    if kind == "layout" and not od.op_id(op).startswith(LAYOUT_DIFFERS):
+        return f"{cfg} sample {i}: layout: {detail}"
+    if kind == "error" and not detail.split(":", 1)[1].strip():
+        return f"{cfg} sample {i}: empty error message"
+    return None
 
 
-OPS = [op for op in op_db if op.name not in SKIP and torch.float32 in op.supported_dtypes("cpu")]
-
-
-@pytest.mark.parametrize("op", OPS, ids=lambda op: f"{op.name}.{op.variant_test_name}".rstrip("."))
+@pytest.mark.parametrize("op", od.ops_for(torch.float32), ids=od.op_id)
 def test_op_matches_cpu(op):
-    samples = list(op.sample_inputs("cpu", torch.float32, requires_grad=False))[:2]
-    for s in samples:
-        torch.manual_seed(0)
-        try:
-            expected = op(s.input, *s.args, **s.kwargs)
-        except Exception:
-            continue                      # the CPU reference itself rejects this sample
-        hin, hargs, hkw = _to(s.input, "hpu"), _to(s.args, "hpu"), _to(s.kwargs, "hpu")
-        torch.manual_seed(0)
-        try:
-            got = op(hin, *hargs, **hkw)
-            htcore.mark_step()
-            got = _cpu(got)
-        except CLEAR as e:
-            # acceptable: a clear error naming the problem (never a silent wrong answer)
-            assert str(e), f"{op.name}: empty error message"
-            htcore.mark_step()
-            torch.hpu.synchronize()
+    bad = []
+    for cfg, k in PLAN:
+        lazy, dtype, grad = od.CONFIGS[cfg]
+        if dtype not in op.supported_dtypes("cpu") or not _every(op, k):
             continue
-        torch.testing.assert_close(got, expected, equal_nan=True, rtol=1.3e-6, atol=1e-5,
-                                   check_device=False, check_dtype=True)
+        config.set(PT_HPU_LAZY_MODE=lazy)
+        try:
+            ss = od.samples(op, dtype, grad)
+            for i in od.pick(len(ss), od.op_id(op) + cfg, N or 1):
+                v = _verdict(op, cfg, i, *od.run_sample(op, ss[i], dtype, grad))
+                if v:
+                    bad.append(v)
+        finally:
+            config.reload()
+    assert not bad, f"{od.op_id(op)} differs from CPU:\n" + "\n".join(bad)
+
+
+def test_gradients_match_cpu():
+    """Input gradients of autograd ops (every fourth op), in child processes: an exception inside a
+    C++ backward formula aborts the process on hpu (torch's Python device guard; documented)."""
+    ops = {od.op_id(op) for op in od.ops_for(torch.float32, grad=True) if _every(op, 4)}
+    t = od.isolated("grad-lazy", per_op=N or 1, only=sorted(ops))
+    bad = [f"{name} sample {i}: {kind}: {detail}" for cfg, name, i, kind, detail in t.bad
+           if kind == "wrong" or (kind == "layout" and not name.startswith(LAYOUT_DIFFERS))]
+    assert t.kinds["pass"] > 0.9 * sum(v for k, v in t.kinds.items() if k != "cpu"), t.report("grad-lazy")
+    assert not bad, "gradients differ from CPU:\n" + "\n".join(bad)

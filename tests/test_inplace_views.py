@@ -106,3 +106,20 @@ def test_batch_norm_without_running_stats():
     hbn = nn.BatchNorm2d(3, track_running_stats=False)
     hbn.load_state_dict(bn.state_dict())
     same(lambda x: (bn if x.device.type == "cpu" else hbn.to("hpu"))(x), _r(4, 3, 5, 5), grad=True)
+
+
+def test_nonzero_and_argwhere_are_laid_out_as_on_cpu():
+    """CPU's nonzero is column-major: flatten copies, view(-1) raises. hpu must alias the same way."""
+    x = torch.tensor([[0., 1, 2], [3, 0, 5]])
+    for op in (torch.nonzero, torch.argwhere):
+        cpu, hpu = op(x), op(x.to("hpu"))
+        assert hpu.stride() == cpu.stride()
+        hpu.flatten().fill_(0)
+        assert torch.equal(hpu.cpu(), cpu)              # flatten copied: hpu unchanged
+        with pytest.raises(RuntimeError, match="view size is not compatible"):
+            hpu.view(-1)
+
+
+def test_pow_inplace_with_a_scalar_exponent_and_its_gradient():
+    same(lambda x: (x * 1).pow_(4), _r(5), grad=True)
+    same(lambda x: torch.linalg.vector_norm(x, 4), _r(5), grad=True)
