@@ -33,6 +33,9 @@ _compile_backend.install()  # torch.compile(backend="hpu_backend"), registered w
 from . import pinned as _pinned  # noqa: E402
 
 _pinned.install()           # tensor.pin_memory() / is_pinned() for the hpu device (pinned.py)
+from . import torch_profiler as _torch_profiler  # noqa: E402
+
+_torch_profiler.install()   # torch.profiler traces show the emulated HPU (torch_profiler.py)
 from . import distributed as _distributed  # noqa: E402,F401  # init_process_group("hccl") (REFERENCE 7)
 
 
