@@ -76,6 +76,26 @@ def _full(t) -> bool:
     return t._offset == 0 and t._size == st.size and t._stride == st.stride
 
 
+def _whole_reshape(t) -> bool:
+    """t is a reshape of its whole, dense storage (e.g. the (3,) result torch's linear makes of a 1-D
+    input by squeezing a (1, 3) matmul): writing it updates no part of a tensor, so an HPU Graph
+    capture takes it (the bridge's own linear returns a fresh tensor there)."""
+    st = t._st
+    n = 1
+    for s in t._size:
+        n *= s
+    return (t._offset == 0 and n == storage_extent(st.size, st.stride) and t.is_contiguous()
+            and st.stride == _contiguous_strides(st.size))
+
+
+def _contiguous_strides(size):
+    stride, acc = [], 1
+    for s in reversed(size):
+        stride.append(acc)
+        acc *= max(s, 1)
+    return tuple(reversed(stride))
+
+
 def read_ref(t):
     """A reference to t's current value: an Out, an Inp, or a new view node over the storage."""
     st = t._st
@@ -118,7 +138,7 @@ def write(t, r, op: str = "") -> None:
     pg = S.pg
     if op not in OVERLAP_OK and not _full(t) and _overlapping(t):
         raise RuntimeError(_OVERLAP_MSG)       # as CPU, at the op (not when the graph runs)
-    if S.capture is not None and not _full(t):
+    if S.capture is not None and not _full(t) and not _whole_reshape(t):
         S.capture.refuse_view_write(t, op or "in-place op", _src())   # seed 001: unsupported
     if _full(t):
         if r.meta[1] != st.stride and r.meta[0] == st.size and storage_extent(st.size, st.stride) > 1:

@@ -185,6 +185,8 @@ def enable_habana_imports() -> None:
         sys.meta_path.insert(0, _finder)
     if _last not in sys.meta_path:
         sys.meta_path.append(_last)
+    from . import optimum
+    optimum.enable()          # optimum-habana's SynapseAI version probe (compat/optimum.py)
 
 
 def disable_habana_imports() -> None:
@@ -192,6 +194,8 @@ def disable_habana_imports() -> None:
     for f in (_finder, _last):
         if f in sys.meta_path:
             sys.meta_path.remove(f)
+    from . import optimum
+    optimum.disable()
     for name in [n for n in sys.modules if n == ROOT or n.startswith(ROOT + ".")]:
         del sys.modules[name]
 

@@ -117,7 +117,10 @@ def make_graphed_callables(callables, sample_args, warmups: int = 0, allow_unuse
     bwd = [None] * len(callables)
     for i in reversed(range(len(callables))):
         outs = static_outs[i]
-        grad_outs = tuple(torch.empty_like(o) if o.requires_grad else None for o in outs)
+        # fresh buffers, not empty_like(o): that op reads o, and o holds no value after a dry-run
+        # forward capture, so the backward's copies into these buffers would depend on nothing-yet
+        grad_outs = tuple(torch.empty_strided(o.size(), o.stride(), dtype=o.dtype, device=o.device)
+                          if o.requires_grad else None for o in outs)
         inputs = tuple(x for x in surfaces[i] if x.requires_grad)
         if not any(o.requires_grad for o in outs) or not inputs:
             continue                                   # nothing to differentiate: no backward graph
