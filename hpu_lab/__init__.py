@@ -50,5 +50,9 @@ _lazy._compile_hooks.append(_disk_store)
 
 from .tensor import HPUTensor  # noqa: E402,F401
 from . import custom_ops  # noqa: E402,F401  # torch.ops.hpu.* (the bridge's custom ops; issue 16)
+from . import meta_fixes  # noqa: E402,F401  # Meta kernels corrected to the CPU's shapes (issue 16)
+from . import backward_errors as _backward_errors  # noqa: E402
+
+_backward_errors.install()  # an hpu op's error inside backward() is raised, not a process abort (issue 16)
 
 __version__ = "0.1.0"

@@ -42,11 +42,19 @@ def widened(op):
     written = [i for i, a in enumerate(op._schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
 
     def run(*args, **kwargs):
-        meta_args, meta_kw = pytree.tree_map_only(torch.Tensor, lambda t: t.to("meta"), (args, kwargs))
-        meta = op(*meta_args, **meta_kw)          # the result dtypes for the original arguments
         wide_args, wide_kw = pytree.tree_map_only(
             torch.Tensor, lambda t: t.float() if t.dtype in _LOW else t, (args, kwargs))
         res = op(*wide_args, **wide_kw)
+        meta_args, meta_kw = pytree.tree_map_only(torch.Tensor, lambda t: t.to("meta"), (args, kwargs))
+        try:
+            meta = op(*meta_args, **meta_kw)      # the result dtypes for the original arguments
+        except (NotImplementedError, RuntimeError):
+            # no Meta kernel (e.g. multilabel_margin_loss_backward): a float32 result takes the
+            # dtype of the narrow floating arguments, as for ops of one floating dtype
+            low = next(t.dtype for t in pytree.tree_leaves((args, kwargs))
+                       if isinstance(t, torch.Tensor) and t.dtype in _LOW)
+            meta = pytree.tree_map_only(torch.Tensor, lambda r: r.new_empty((), device="meta",
+                                        dtype=low if r.dtype == torch.float32 else r.dtype), res)
         out = pytree.tree_map(lambda r, m: r.to(m.dtype) if isinstance(r, torch.Tensor) and r.dtype != m.dtype else r,
                               res, meta)
         for i in written:                 # in-place: the argument itself must hold the result
