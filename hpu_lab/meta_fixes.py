@@ -6,6 +6,8 @@ correction here is the CPU kernel's rule, checked against it by tests/test_meta_
 
 - ``multilabel_margin_loss_forward``: for a 1-D input with ``reduction="none"`` the CPU returns a
   0-dim loss; torch's Meta kernel says ``[1]``.
+- ``take``: Gaudi takes int32 indices as well as int64 (the CPU kernel only int64: hpu_lab widens the
+  index when it runs, see widen.py); the Meta kernel refuses int32, so the op could not be recorded.
 """
 from __future__ import annotations
 
@@ -26,3 +28,14 @@ def _multilabel_margin_loss_forward(self, target, reduction):
 
 
 _lib.impl("multilabel_margin_loss_forward", _multilabel_margin_loss_forward, "Meta")
+
+
+def _take(self, index):
+    if index.dtype not in (torch.int64, torch.int32):
+        raise RuntimeError(f"take(): Expected a long or int tensor for index, but got {index.dtype}")
+    if self.numel() == 0 and index.numel() != 0:
+        raise IndexError("take(): tried to take from an empty tensor")
+    return self.new_empty(index.shape)
+
+
+_lib.impl("take", _take, "Meta")
