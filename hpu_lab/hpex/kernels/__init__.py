@@ -255,3 +255,11 @@ class FusedSDPA(torch.autograd.Function):
         else:
             dq, dk, dv = torch.ops.hpu_lab.sdpa_bwd(dout, q, k, v, stats, out, ctx.dropout_p, ctx.scale, ctx.seed)
         return dq, dk, dv, None, None, None, None, None, None, None, None, None, None
+
+
+# RoPE helpers (issue 16): their own module
+from .rotary import (RotaryPosEmbeddingHelperV1, RotaryPosEmbeddingHelperV2,  # noqa: E402,F401
+                     RotaryPosEmbeddingHelperV3, RotaryPosEmbeddingMode, apply_rotary_pos_emb)
+
+__all__ += ["RotaryPosEmbeddingHelperV1", "RotaryPosEmbeddingHelperV2", "RotaryPosEmbeddingHelperV3",
+            "RotaryPosEmbeddingMode", "apply_rotary_pos_emb"]
