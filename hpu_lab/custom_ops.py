@@ -351,3 +351,26 @@ _define("rotary_pos_embedding(Tensor input, Tensor sin, Tensor cos, Tensor? posi
         "-> Tensor", _rope, _same)
 _define("rotary_pos_embedding_backward(Tensor grad_in, Tensor sin, Tensor cos, Tensor? position_ids, int offset, "
         "int mode) -> Tensor", _rope_backward, _same)
+
+
+# ---------------------------------------------------------------- hpex CustomSoftmax, FusedEMA
+
+def _custom_softmax(x, flavor):
+    if flavor not in (0, 1):
+        raise RuntimeError(f"custom_softmax: flavor must be 0 (exp) or 1 (non-LUT approximation), got {flavor}")
+    return torch.softmax(x.float(), -1).to(x.dtype)
+
+
+_define("custom_softmax(Tensor input, int flavor) -> Tensor", _custom_softmax, _same)
+
+
+def _optimizer_ema(model_inputs, updated_ema, decay):
+    # ema = d * ema + (1 - d) * model, for the floating-point entries of a state dict
+    d = decay.reshape(()).float()
+    for m, e in zip(model_inputs, updated_ema):
+        if e.is_floating_point():
+            e.copy_((e.float() * d + (1.0 - d) * m.float()).to(e.dtype))
+
+
+_define("optimizer_ema(Tensor[] model_inputs, Tensor(a!)[] updated_ema, Tensor decay) -> ()",
+        _optimizer_ema, lambda *a: None)

@@ -263,3 +263,6 @@ from .rotary import (RotaryPosEmbeddingHelperV1, RotaryPosEmbeddingHelperV2,  # 
 
 __all__ += ["RotaryPosEmbeddingHelperV1", "RotaryPosEmbeddingHelperV2", "RotaryPosEmbeddingHelperV3",
             "RotaryPosEmbeddingMode", "apply_rotary_pos_emb"]
+from .custom_softmax import CustomSoftmax  # noqa: E402,F401
+
+__all__ += ["CustomSoftmax"]
