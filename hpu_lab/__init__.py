@@ -54,6 +54,13 @@ _lazy._compile_hooks.append(_disk_hooks.store)
 
 from .tensor import HPUTensor  # noqa: E402,F401
 from . import custom_ops  # noqa: E402,F401  # torch.ops.hpu.* (the bridge's custom ops; issue 16)
+from . import meta_fixes  # noqa: E402,F401  # Meta kernels corrected to the CPU's shapes (issue 16)
+from . import backward_errors as _backward_errors  # noqa: E402
+
+from . import native_ops as _native_ops  # noqa: E402
+
+_native_ops.install()       # convolution_overrideable: the backend's own aten ops (issue 16)
+_backward_errors.install()  # an hpu op's error inside backward() is raised, not a process abort (issue 16)
 
 __version__ = "0.1.0"
 

@@ -275,3 +275,102 @@ for _ov, _cpu, _meta in (("mixture_of_experts", _moe, _moe_meta),
                          ("mixture_of_experts.fp8_measurement_fused_weights", _moe_fused_measure, _moe_measure_meta)):
     LIB.impl(_ov, device_kernel(_cpu), "CPU")
     LIB.impl(_ov, _meta, "Meta")
+
+
+# ---------------------------------------------------------------- RMS norm (hpex FusedRMSNorm)
+#   y = x * gamma / sqrt(mean(x^2, -1) + eps); kept for backward: 1/rms (float32, [..., 1])
+
+def _rms_norm(x, gamma, eps):
+    xf = x.float()
+    inv = torch.rsqrt(xf.square().mean(-1, keepdim=True) + eps)
+    return (xf * inv * gamma.float()).to(x.dtype), inv
+
+
+def _rms_norm_meta(x, gamma, eps):
+    return torch.empty_like(x), x.new_empty(x.shape[:-1] + (1,), dtype=torch.float32)
+
+
+def _rms_norm_backward(grad, x, gamma, inv, use_stages, bwd_mode):
+    g, xf, inv = grad.float(), x.float(), inv.float()
+    gg = g * gamma.float()
+    dx = inv * gg - xf * inv.pow(3) * (gg * xf).mean(-1, keepdim=True)
+    dgamma = (g * xf * inv).reshape(-1, x.shape[-1]).sum(0)
+    return dx.to(x.dtype), dgamma.to(gamma.dtype)
+
+
+def _rms_norm_backward_meta(grad, x, gamma, inv, use_stages, bwd_mode):
+    return torch.empty_like(x), torch.empty_like(gamma)
+
+
+for _suffix in ("", "_fast"):    # the fast-math variants: the same exact computation here
+    _define(f"rms_norm{_suffix}(Tensor data_in, Tensor gamma, float epsilon) -> (Tensor, Tensor)",
+            _rms_norm, _rms_norm_meta)
+    _define(f"rms_norm{_suffix}_backward(Tensor grad_in, Tensor data_in, Tensor gamma, Tensor inverse_rms, "
+            "bool use_stages, int bwd_mode) -> (Tensor, Tensor)", _rms_norm_backward, _rms_norm_backward_meta)
+
+
+# ---------------------------------------------------------------- rotary position embedding
+#   mode 0 (BLOCKWISE, GPT-NeoX/LLaMA): out = p*cos + rotate_half(p)*sin, rotate_half(x) = [-x2, x1]
+#   mode 1 (PAIRWISE, GPT-J): out = p*cos + rotate_every_two(p)*sin, pairs (x[2i], x[2i+1]) -> (-x[2i+1], x[2i])
+#   cos/sin: with position_ids [b, s], rows position_ids of a [..., positions, dim] table (leading dims 1),
+#   as [b, 1, s, dim]; without, the last dim from ``offset`` (as many values as p has)
+
+def _rope_tables(p, sin, cos, position_ids, offset):
+    if position_ids is not None:
+        def pick(t):
+            return t.reshape(t.shape[-2], t.shape[-1])[position_ids.long()].unsqueeze(1)
+        return pick(sin.float()), pick(cos.float())
+    d = p.shape[-1]
+    return sin.float()[..., offset:offset + d], cos.float()[..., offset:offset + d]
+
+
+def _rotate(x, mode, transpose=False):
+    if mode == 0:
+        x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+        return torch.cat((x2, -x1), -1) if transpose else torch.cat((-x2, x1), -1)
+    if mode == 1:
+        even, odd = x[..., ::2], x[..., 1::2]
+        pairs = torch.stack((odd, -even), -1) if transpose else torch.stack((-odd, even), -1)
+        return pairs.flatten(-2)
+    raise RuntimeError(f"rotary_pos_embedding: mode must be 0 (BLOCKWISE) or 1 (PAIRWISE), got {mode}")
+
+
+def _rope(p, sin, cos, position_ids, offset, mode):
+    s, c = _rope_tables(p, sin, cos, position_ids, offset)
+    pf = p.float()
+    return (pf * c + _rotate(pf, mode) * s).to(p.dtype)
+
+
+def _rope_backward(g, sin, cos, position_ids, offset, mode):
+    s, c = _rope_tables(g, sin, cos, position_ids, offset)
+    gf = g.float()
+    return (gf * c + _rotate(gf * s, mode, transpose=True)).to(g.dtype)
+
+
+_define("rotary_pos_embedding(Tensor input, Tensor sin, Tensor cos, Tensor? position_ids, int offset, int mode) "
+        "-> Tensor", _rope, _same)
+_define("rotary_pos_embedding_backward(Tensor grad_in, Tensor sin, Tensor cos, Tensor? position_ids, int offset, "
+        "int mode) -> Tensor", _rope_backward, _same)
+
+
+# ---------------------------------------------------------------- hpex CustomSoftmax, FusedEMA
+
+def _custom_softmax(x, flavor):
+    if flavor not in (0, 1):
+        raise RuntimeError(f"custom_softmax: flavor must be 0 (exp) or 1 (non-LUT approximation), got {flavor}")
+    return torch.softmax(x.float(), -1).to(x.dtype)
+
+
+_define("custom_softmax(Tensor input, int flavor) -> Tensor", _custom_softmax, _same)
+
+
+def _optimizer_ema(model_inputs, updated_ema, decay):
+    # ema = d * ema + (1 - d) * model, for the floating-point entries of a state dict
+    d = decay.reshape(()).float()
+    for m, e in zip(model_inputs, updated_ema):
+        if e.is_floating_point():
+            e.copy_((e.float() * d + (1.0 - d) * m.float()).to(e.dtype))
+
+
+_define("optimizer_ema(Tensor[] model_inputs, Tensor(a!)[] updated_ema, Tensor decay) -> ()",
+        _optimizer_ema, lambda *a: None)

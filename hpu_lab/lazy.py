@@ -15,6 +15,7 @@ from . import events as ev
 from . import ops
 from ._source import user_src
 from . import resize as _resize  # out= / resize_ (issue 16)
+from . import widen as _widen  # dtypes the CPU kernel lacks (issue 16)
 from .compiler import build, cache
 from .compiler.recipe import GraphKey
 from .compiler.reasons import diff
@@ -748,7 +749,12 @@ def host_op(func, args, kwargs, reason):
     cargs = [conv(a) for a in args]
     ckw = {k: conv(v) for k, v in kwargs.items()}
     info = ops.inplace_info(func)
-    res = func(*cargs, **ckw)
+    try:
+        res = func(*cargs, **ckw)
+    except (NotImplementedError, RuntimeError) as e:
+        if not _widen.missing_kernel(e):   # a dtype Gaudi has and the CPU kernel lacks (issue 16)
+            raise
+        res = _widen.widened(func)(*cargs, **ckw)
     if info is not None and info[0]:
         # write the mutated args back; a result that *is* a mutated arg returns the hpu arg
         back = {}

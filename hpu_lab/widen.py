@@ -23,12 +23,18 @@ import torch.utils._pytree as pytree
 
 _LOW = {torch.float8_e4m3fn: "Float8_e4m3fn", torch.float8_e5m2: "Float8_e5m2",
         torch.bfloat16: "BFloat16", torch.float16: "Half"}
-_MISSING = re.compile(r"not implemented for '(Float8_e4m3fn|Float8_e5m2|BFloat16|Half)'")
+_MISSING = re.compile(r"not implemented for '(Float8_e4m3fn|Float8_e5m2|BFloat16|Half)'"
+                      # the CPU's add_relu reports its missing dtypes with an internal assert
+                      r"|Unsupported datatype for add_relu:c10::(BFloat16|Half|Float8_e4m3fn|Float8_e5m2)")
+# int32 indices: Gaudi's kernels take them, some CPU kernels want int64 ("take(): Expected a long tensor
+# for index, but got torch.int32"); the index is widened to int64, which changes no value
+_INT32_INDEX = re.compile(r"Expected a long tensor for index, but got (torch\.int32|Int)\b")
 
 
 def missing_kernel(exc: BaseException) -> bool:
     """True if ``exc`` is the CPU saying it has no kernel for one of the widenable dtypes."""
-    return isinstance(exc, (NotImplementedError, RuntimeError)) and bool(_MISSING.search(str(exc)))
+    return isinstance(exc, (NotImplementedError, RuntimeError)) and bool(
+        _MISSING.search(str(exc)) or _INT32_INDEX.search(str(exc)))
 
 
 _WIDENED: dict = {}
@@ -42,15 +48,25 @@ def widened(op):
     written = [i for i, a in enumerate(op._schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
 
     def run(*args, **kwargs):
-        meta_args, meta_kw = pytree.tree_map_only(torch.Tensor, lambda t: t.to("meta"), (args, kwargs))
-        meta = op(*meta_args, **meta_kw)          # the result dtypes for the original arguments
         wide_args, wide_kw = pytree.tree_map_only(
-            torch.Tensor, lambda t: t.float() if t.dtype in _LOW else t, (args, kwargs))
+            torch.Tensor, lambda t: t.float() if t.dtype in _LOW else t.long() if t.dtype == torch.int32 else t,
+            (args, kwargs))
         res = op(*wide_args, **wide_kw)
+        meta_args, meta_kw = pytree.tree_map_only(torch.Tensor, lambda t: t.to("meta"), (args, kwargs))
+        try:
+            meta = op(*meta_args, **meta_kw)      # the result dtypes for the original arguments
+        except (NotImplementedError, RuntimeError):
+            # no Meta kernel (e.g. multilabel_margin_loss_backward): a float32 result takes the
+            # dtype of the narrow floating arguments, as for ops of one floating dtype
+            low = next((t.dtype for t in pytree.tree_leaves((args, kwargs))
+                        if isinstance(t, torch.Tensor) and t.dtype in _LOW), torch.float32)
+            meta = pytree.tree_map_only(torch.Tensor, lambda r: r.new_empty((), device="meta",
+                                        dtype=low if r.dtype == torch.float32 else r.dtype), res)
         out = pytree.tree_map(lambda r, m: r.to(m.dtype) if isinstance(r, torch.Tensor) and r.dtype != m.dtype else r,
                               res, meta)
         for i in written:                 # in-place: the argument itself must hold the result
-            if i < len(args) and isinstance(args[i], torch.Tensor) and args[i].dtype in _LOW:
+            if i < len(args) and isinstance(args[i], torch.Tensor) and (args[i].dtype in _LOW
+                                                                         or args[i].dtype == torch.int32):
                 src = out if isinstance(out, torch.Tensor) else out[written.index(i)]
                 args[i].copy_(src)
                 out = args[i] if isinstance(out, torch.Tensor) else out

@@ -72,3 +72,18 @@ def test_deterministic_switch_is_kept_and_warns():
     assert all("deprecated" in str(x.message) for x in w) and len(w) == 4
     with pytest.raises(TypeError):
         torch.hpu.setDeterministic("yes")
+
+
+def test_hpex_c_fused_norm_clips_in_place_and_returns_the_total(habana):
+    from habana_frameworks.torch import _hpex_C
+    torch.manual_seed(0)
+    vecs = [torch.rand(2, 16) for _ in range(3)]
+    total = torch.norm(torch.stack([torch.norm(v) for v in vecs]))
+    dev = [v.to("hpu") for v in vecs]
+    got = _hpex_C.fused_norm(dev, torch.ones(1).to("hpu"), 2.0)
+    torch.testing.assert_close(got.cpu(), total)
+    for v, d in zip(vecs, dev):
+        torch.testing.assert_close(d.cpu(), v * (1.0 / (total + 1e-6)))
+    small = [torch.full((4,), 0.01).to("hpu")]
+    _hpex_C.fused_norm(small, torch.ones(1).to("hpu"), 2.0)                # under the max: untouched
+    assert torch.equal(small[0].cpu(), torch.full((4,), 0.01))

@@ -54,3 +54,23 @@ def test_other_device_errors_are_not_widened():
     assert widen.missing_kernel(NotImplementedError("\"add_stub\" not implemented for 'Float8_e4m3fn'"))
     assert not widen.missing_kernel(RuntimeError("index 7 is out of bounds for dimension 0 with size 4"))
     assert not widen.missing_kernel(NotImplementedError("\"foo\" not implemented for 'ComplexFloat'"))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_add_relu_in_half_precisions(dtype):
+    a, b = torch.randn(5, 3).to(dtype), torch.randn(5, 3).to(dtype)
+    with pytest.raises(RuntimeError, match="Unsupported datatype for add_relu"):
+        torch._VF._add_relu(a, b)
+    got = _on_hpu(torch._VF._add_relu, a, b)
+    assert got.dtype == dtype and torch.equal(got, torch.relu(a.float() + b.float()).to(dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int32])
+def test_take_with_int32_indices(dtype):
+    x = torch.arange(12).view(3, 4).to(dtype)
+    idx = torch.tensor([[11, 0], [5, 7]], dtype=torch.int32)
+    got = _on_hpu(torch.take, x, idx)
+    assert got.dtype == dtype and torch.equal(got, torch.take(x, idx.long()))
+    with pytest.raises(Exception, match="out of range: tried to access index 12"):   # reported at the sync
+        _on_hpu(torch.take, x, torch.tensor([12], dtype=torch.int32))
+    assert torch.equal(_on_hpu(torch.take, x, idx), got)                             # and usable after

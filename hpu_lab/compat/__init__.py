@@ -51,6 +51,7 @@ PREFIXES = {
 }
 # ---- issue 16 (helper "bridge"): the modules Intel's own bridge tests import --------------------
 ALIASES.update({
+    "habana_frameworks.torch._hpex_C": "hpu_lab.bridge_api.hpex_c",
 })
 PREFIXES.update({
     "habana_frameworks.torch.dynamo": "hpu_lab.dynamo",

@@ -205,14 +205,24 @@ class FusedSDPA(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, softmax_mode="None",
-                recompute_mode=None, valid_seq_len=None, seq_padding_type="left"):
+                recompute_mode=None, valid_seq_len=None, seq_padding_type="left", return_dropout_mask=False,
+                return_attn_probs=False):
         if valid_seq_len is not None:
             raise NotImplementedError("FusedSDPA: valid_seq_len is not emulated by hpu_lab")
+        if return_dropout_mask:
+            # hpu_lab draws dropout from a seed and regenerates it in backward; the mask tensor the
+            # real kernel can hand out is not materialised
+            raise NotImplementedError("FusedSDPA: return_dropout_mask is not emulated by hpu_lab")
         requires_backward = q.requires_grad or k.requires_grad or v.requires_grad
         softmax_mode = str(softmax_mode).lower()
         recompute = recompute_mode
         if recompute is None:
             recompute = torch.hpu.recompute_sdp_enabled()
+        if return_attn_probs:
+            # as the bridge: inference only, and it selects the mode that keeps the probabilities
+            if requires_backward:
+                raise RuntimeError("FusedSDPA: return_attn_probs is supported only for inference mode")
+            recompute = False
         _check(q, k, v, attn_mask, dropout_p, is_causal, softmax_mode, recompute, requires_backward)
         if scale is None:
             scale = 1.0 / math.sqrt(q.size(-1))
@@ -231,6 +241,8 @@ class FusedSDPA(torch.autograd.Function):
         if requires_backward:
             # recompute: q, k, v, mask, out, logsumexp; no-recompute: q, k, v, probabilities, out
             ctx.save_for_backward(q, k, v, attn_mask if recompute else None, out, stats)
+        if return_attn_probs:
+            return out, stats                   # (out, softmax probabilities), as the bridge returns
         return out
 
     @staticmethod
@@ -242,4 +254,15 @@ class FusedSDPA(torch.autograd.Function):
                                                             ctx.scale, ctx.is_causal, ctx.seed)
         else:
             dq, dk, dv = torch.ops.hpu_lab.sdpa_bwd(dout, q, k, v, stats, out, ctx.dropout_p, ctx.scale, ctx.seed)
-        return dq, dk, dv, None, None, None, None, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None, None, None, None, None, None
+
+
+# RoPE helpers (issue 16): their own module
+from .rotary import (RotaryPosEmbeddingHelperV1, RotaryPosEmbeddingHelperV2,  # noqa: E402,F401
+                     RotaryPosEmbeddingHelperV3, RotaryPosEmbeddingMode, apply_rotary_pos_emb)
+
+__all__ += ["RotaryPosEmbeddingHelperV1", "RotaryPosEmbeddingHelperV2", "RotaryPosEmbeddingHelperV3",
+            "RotaryPosEmbeddingMode", "apply_rotary_pos_emb"]
+from .custom_softmax import CustomSoftmax  # noqa: E402,F401
+
+__all__ += ["CustomSoftmax"]

@@ -53,3 +53,9 @@ class FusedClipNorm:
             torch.ops.hpu_lab.fused_clip_norm_(grads + [total], self.max_norm, self.norm_type)
         mark_step_if_lazy(grads)
         return total
+
+
+# FusedRMSNorm (issue 16): its own module
+from .rms_norm import FusedRMSNorm, RmsNormBwdMode  # noqa: E402,F401
+
+__all__ += ["FusedRMSNorm", "RmsNormBwdMode"]

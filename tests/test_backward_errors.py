@@ -1,0 +1,60 @@
+"""Errors of hpu ops inside backward() are raised as themselves; they used to abort the process
+(hpu_lab/backward_errors.py). Each case runs in a fresh process, so a regression cannot kill pytest."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _run(code, **env):
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, PYTHONPATH=ROOT, **env))
+    assert r.returncode == 0, f"process died ({r.returncode}):\n{r.stdout}\n{r.stderr[-2000:]}"
+    return r.stdout
+
+
+def test_refused_cpu_fallback_in_a_builtin_backward_is_a_clear_error():
+    out = _run("""
+        import torch, hpu_lab
+        x = torch.rand(2, 6).to("hpu").requires_grad_()
+        t = torch.multinomial(torch.rand(2, 6), 6).to("hpu")
+        loss = torch.nn.functional.multilabel_margin_loss(x, t)
+        try:
+            loss.backward()
+        except Exception as e:
+            print(type(e).__name__, "|", e)
+        print("after:", (torch.ones(2).to("hpu") + 1).cpu().tolist())
+        print("grad:", x.grad)
+    """, PT_HPU_PLACE_ON_CPU="none")
+    assert "FallbackNotAllowed | aten::multilabel_margin_loss_backward is not yet supported on HPU" in out
+    assert "after: [2.0, 2.0]" in out and "grad: None" in out
+
+
+def test_an_op_error_inside_a_builtin_backward_node():
+    out = _run("""
+        import torch, hpu_lab
+        from hpu_lab import backward_errors, tensor as T
+        inner = T._dispatch.inner
+        def failing(func, args, kwargs):
+            if func is torch.ops.aten.cos.default:
+                raise RuntimeError("cos failed on purpose")
+            return inner(func, args, kwargs)
+        x = torch.rand(6).to("hpu").requires_grad_()
+        y = x.sin().sum()
+        T._dispatch = backward_errors._guard(failing)
+        try:
+            torch.autograd.grad(y, x)
+        except RuntimeError as e:
+            print("raised:", e, "| context:", type(e.__cause__).__name__)
+    """)
+    assert "raised: cos failed on purpose" in out
+
+
+def test_errors_outside_backward_are_untouched():
+    with pytest.raises(RuntimeError, match="invalid for input of size 6"):
+        torch.ones(6).to("hpu").view(7)
