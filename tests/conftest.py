@@ -32,3 +32,13 @@ def collect():
 
 def counts(name):
     return dict(metrics.metric_global(name).stats())
+
+
+@pytest.fixture
+def measured_clock():
+    """Views on the measured clock: for tests whose synthetic events carry the spans they check
+    (the default clock of the views is the Gaudi clock, which re-times them)."""
+    import widgets
+    widgets.set_clock("measured")
+    yield
+    widgets.set_clock("gaudi")

@@ -262,3 +262,34 @@ def test_retime_of_unstamped_events_uses_wall_time():
     r = pm.retime(es, "gaudi2")
     assert r.host_ns == 5_000_000 and r.launches == 1
     assert any(isinstance(e, ev.DeviceExecution) for e in r.events)    # synthesized for the launch
+
+
+# ------------------------------------------------------------------ views on the Gaudi clock
+
+def test_views_default_to_the_gaudi_clock(tmp_path):
+    import json
+    import matplotlib
+    matplotlib.use("Agg")
+    import widgets
+    from hpu_lab import profiler
+    _, _, step = seed_setup()
+    events = record(step, n=6)
+    v = widgets.verdict(events)
+    assert v.bound == "host-bound" and v.clock == "Gaudi clock: GAUDI2 (modeled)"
+    assert widgets.verdict(events, clock="measured").clock == "measured on this CPU"
+    m = widgets.section_metrics(events, device="gaudi3")
+    r = pm.retime(events, "gaudi3")
+    assert m["clock"] == "Gaudi clock: GAUDI3 (modeled)" and m["device busy ms"] == round(r.device_busy_ns / 1e6, 3)
+    fig = widgets.draw_timeline(events)
+    assert "Gaudi clock: GAUDI2" in fig.axes[0].get_title(loc="left")
+    fig = widgets.draw_timeline(events, clock="measured")
+    assert "measured on this CPU" in fig.axes[0].get_title(loc="left")
+    rows = widgets.compare_rows({"lazy": events})
+    assert rows[0]["verdict"] == "host-bound" and rows[0]["device ms/step"] > 0
+    trace = profiler.chrome_trace(events, device="gaudi")
+    assert trace["traceEvents"][0]["args"]["name"] == "hpu_lab \u2014 Gaudi clock: GAUDI (modeled)"
+    execs = [e for e in trace["traceEvents"] if e.get("cat") == "DeviceExecution"]
+    want = sorted(s.duration_ns / 1e3 for s in pm.retime(events, "gaudi").spans["hpu:0"])
+    assert sorted(e["dur"] for e in execs) == pytest.approx(want, abs=0.01)
+    with pytest.raises(ValueError, match="clock"):
+        profiler.chrome_trace(events, clock="wall")

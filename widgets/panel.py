@@ -26,7 +26,7 @@ import ipywidgets as W
 from hpu_lab import events as ev
 
 from .advisor import advice_html
-from .common import ns_origin, short_key
+from .common import CLOCK, ns_origin, short_key
 from .graph_view import draw_graph
 from .metrics_view import metrics_html
 from .recompiles import recompiles_html
@@ -147,9 +147,14 @@ class SectionPanel:
         self.step_range = W.IntRangeSlider(description="steps", min=0, max=0, value=(0, 0),
                                            continuous_update=False, layout=W.Layout(width="60%"))
         self.status = W.HTML()
+        # the Gaudi clock (the recorded work re-timed on the card) by default; measured one click away
+        self.clock_select = W.ToggleButtons(options=[("Gaudi clock (modeled)", "gaudi"),
+                                                     ("measured on this CPU", "measured")],
+                                            value=CLOCK["clock"], description="clock",
+                                            style={"button_width": "170px"})
         pages = {
             "Graph": W.VBox([W.HBox([self.graph_select, self.collapse_select]), self.outputs["Graph"]]),
-            "Timeline": W.VBox([self.step_range, self.outputs["Timeline"]]),
+            "Timeline": W.VBox([W.HBox([self.clock_select]), self.step_range, self.outputs["Timeline"]]),
         }
         self.tab = W.Tab(children=[pages.get(n, self.outputs[n]) for n in TABS])
         self.tab.titles = TABS
@@ -160,6 +165,7 @@ class SectionPanel:
         self.graph_select.observe(lambda ch: self._on_control("Graph"), names="value")
         self.collapse_select.observe(lambda ch: self._on_control("Graph"), names="value")
         self.step_range.observe(lambda ch: self._on_control("Timeline"), names="value")
+        self.clock_select.observe(lambda ch: self._on_clock(), names="value")
         self._update_status()
         _warm_up()
 
@@ -263,12 +269,13 @@ class SectionPanel:
                 steps = (hi - LIVE_STEPS + 1, hi)
                 shown = tail_from_step(events, steps[0])
                 title = f"Running: steps {steps[0]}\u2013{hi} (the whole timeline when the cell ends)"
-            fig = draw_timeline(shown, step_range=steps, title=title, t0_ns=ns_origin(events))
+            fig = draw_timeline(shown, step_range=steps, title=title, t0_ns=ns_origin(events),
+                                clock=self.clock_select.value)
             out.outputs = (figure_bundle(fig, LIVE_DPI if self._live_now else self.dpi),)
         elif name == "Recompiles":
             out.outputs = (html_bundle(recompiles_html(events)),)
         elif name == "Metrics":
-            out.outputs = (html_bundle(metrics_html(events)),)
+            out.outputs = (html_bundle(metrics_html(events, clock=self.clock_select.value)),)
         elif name == "Advice":
             out.outputs = (html_bundle(advice_html(events)),)
 
@@ -303,6 +310,12 @@ class SectionPanel:
         if self._quiet:
             return
         self._draw(name, list(self.events))
+
+    def _on_clock(self) -> None:
+        if self._quiet:
+            return
+        self._dirty |= {"Metrics"}
+        self._draw("Timeline", list(self.events))
 
     def _show(self, name: str) -> None:
         if name in self._dirty and not self._quiet:
