@@ -293,3 +293,20 @@ def test_views_default_to_the_gaudi_clock(tmp_path):
     assert sorted(e["dur"] for e in execs) == pytest.approx(want, abs=0.01)
     with pytest.raises(ValueError, match="clock"):
         profiler.chrome_trace(events, clock="wall")
+
+
+# ------------------------------------------------------------------ validation machinery
+
+def test_reference_models_estimate_without_running():
+    from hpu_lab.perfmodel import models, validation
+    step, args = models.bert_step(lambda **kw: models.Bert(2, 64, 2, 128, vocab=100, max_pos=32, **kw), 2, 16)
+    first = pm.estimate_report(step, *args)
+    steady = pm.estimate_report(step, *args)
+    assert len(steady.recipes) == 2 and 0 < steady.device_ns < first.device_ns   # step 1 also creates state
+    step, args = models.resnet50_step(2)
+    r = pm.estimate_report(step, *args, device="gaudi")
+    fwd_gflop = 2 * 4.1e9                            # ResNet-50: ~4.1 GMAC per 224x224 image
+    assert 2.5 * fwd_gflop * 2 < r.total.flops < 3.5 * fwd_gflop * 2     # forward + backward (x3)
+    assert not lazy.S.pg.nodes
+    assert {w.role.split()[0] for w in validation.WORKLOADS} == {"calibration", "held-out"}
+    assert sum(w.role == "calibration" for w in validation.WORKLOADS) <= 2
