@@ -35,6 +35,7 @@ from .timeline import draw_timeline
 TABS = ("Graph", "Timeline", "Recompiles", "Metrics", "Advice")
 FIRST_COST_GUESS = 0.25      # seconds a redraw is assumed to take before one has been measured
 LIVE_STEPS = 12              # a live timeline shows the latest steps only (cheaper, and what is new)
+FINAL_STEPS = 60            # a finished section's timeline shows its latest steps (the slider shows others)
 LIVE_DPI = 60                # live redraws are rendered smaller; the final redraw at full dpi
 
 
@@ -211,11 +212,12 @@ class SectionPanel:
         self.stats["live_s"] += time.perf_counter() - now
 
     def finalize(self) -> None:
-        """Stop listening and draw every tab once with all the events."""
+        """Stop listening and draw the visible tab with all the events; the other tabs are drawn
+        when first shown (each costs a redraw the cell's user would otherwise wait for)."""
         self.detach()
         self.finished = True
         self._dirty = set(TABS)
-        self.refresh()
+        self.refresh([self.current_tab])
 
     # ------------------------------------------------------------------ drawing
 
@@ -268,7 +270,13 @@ class SectionPanel:
             if self._live_now and full and hi - lo >= LIVE_STEPS:
                 steps = (hi - LIVE_STEPS + 1, hi)
                 shown = tail_from_step(events, steps[0])
-                title = f"Running: steps {steps[0]}\u2013{hi} (the whole timeline when the cell ends)"
+                title = f"Running: steps {steps[0]}\u2013{hi} (the latest {FINAL_STEPS} when the cell ends)"
+            elif full and hi - lo >= FINAL_STEPS:
+                # hundreds of steps are a blur at this width, and drawing them costs seconds
+                steps = (hi - FINAL_STEPS + 1, hi)
+                shown = tail_from_step(events, steps[0])
+                title = (f"{self.title + ': ' if self.title else ''}steps {steps[0]}\u2013{hi} of {lo}\u2013{hi} "
+                         "(move the steps slider for others)")
             fig = draw_timeline(shown, step_range=steps, title=title, t0_ns=ns_origin(events),
                                 clock=self.clock_select.value)
             out.outputs = (figure_bundle(fig, LIVE_DPI if self._live_now else self.dpi),)
