@@ -5,6 +5,7 @@ DOT / GraphML / pbtxt / SVG text.
     with profiler.profile():                    # or profiler.start() ... profiler.stop()
         train()
     profiler.export_chrome_trace("trace.json")  # open in https://ui.perfetto.dev or chrome://tracing
+    profiler.export_chrome_trace("cpu.json", clock="measured")   # the Gaudi clock is the default
 
     profiler.dump_graph(compile_event.graph, "step.graphml", "graphml")
 
@@ -107,18 +108,30 @@ def _lane_name(lane: str) -> str:
     return "host (Python)" if lane == "host" else f"{lane} (device stream {lane.split(':')[-1]})"
 
 
-def chrome_trace(events: Sequence[ev.Event]) -> dict:
+CLOCKS = ("gaudi", "measured")
+
+
+def chrome_trace(events: Sequence[ev.Event], clock: str = "gaudi", device=None) -> dict:
     """The Chrome trace of ``events``: {"traceEvents": [...]}. Pure.
 
-    Spans become complete events (ph "X", ts/dur in µs since the first event), zero-length
-    events instants (ph "i"), memory samples a counter (ph "C"); each lane is a thread (pid 0)
-    named by a metadata event; flow arrows (ph "s"/"f") join a launch to its device execution.
+    ``clock``: "gaudi" (default: the events re-timed on the Gaudi clock of ``device``, default
+    HPU_LAB_DEVICE; see hpu_lab.perfmodel) or "measured" (wall time on this CPU); the process
+    name says which. Spans become complete events (ph "X", ts/dur in µs since the first event),
+    zero-length events instants (ph "i"), memory samples a counter (ph "C"); each lane is a thread
+    (pid 0) named by a metadata event; flow arrows (ph "s"/"f") join a launch to its device execution.
     """
+    if clock not in CLOCKS:
+        raise ValueError(f"chrome_trace: clock {clock!r}: expected one of {', '.join(CLOCKS)}")
+    label = "measured on this CPU"
+    if clock == "gaudi":
+        from . import perfmodel
+        r = perfmodel.retime(list(events), device)
+        events, label = r.events, f"Gaudi clock: {r.card.device_name} (modeled)"
     events = sorted(events, key=lambda e: e.t_start)
     t0 = min((e.t_start for e in events), default=0)
     lanes = ["host"] + sorted({e.lane for e in events if e.lane != "host"}, key=lambda s: (len(s), s))
     tid = {lane: i for i, lane in enumerate(lanes)}
-    out = [{"ph": "M", "pid": 0, "tid": 0, "name": "process_name", "args": {"name": "hpu_lab"}}]
+    out = [{"ph": "M", "pid": 0, "tid": 0, "name": "process_name", "args": {"name": f"hpu_lab \u2014 {label}"}}]
     for lane, i in tid.items():
         out.append({"ph": "M", "pid": 0, "tid": i, "name": "thread_name", "args": {"name": _lane_name(lane)}})
         out.append({"ph": "M", "pid": 0, "tid": i, "name": "thread_sort_index", "args": {"sort_index": i}})
@@ -146,14 +159,16 @@ def chrome_trace(events: Sequence[ev.Event]) -> dict:
     return {"traceEvents": out, "displayTimeUnit": "ms"}
 
 
-def export_chrome_trace(path: str, events: Optional[Iterable[ev.Event]] = None) -> str:
-    """Write ``events`` (default: the profiler's collected events) as Chrome trace JSON; return path."""
+def export_chrome_trace(path: str, events: Optional[Iterable[ev.Event]] = None, clock: str = "gaudi",
+                        device=None) -> str:
+    """Write ``events`` (default: the profiler's collected events) as Chrome trace JSON on the
+    Gaudi clock (default) or the measured clock (``clock="measured"``); return path."""
     evs = collected() if events is None else list(events)
     if events is None and not evs:
         raise RuntimeError("hpu_lab.profiler.export_chrome_trace: no events; pass events=... or "
                            "profile first with profiler.start()/stop() or `with profiler.profile():`")
     with open(path, "w") as f:
-        json.dump(chrome_trace(evs), f)
+        json.dump(chrome_trace(evs, clock, device), f)
     return path
 
 

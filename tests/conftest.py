@@ -28,3 +28,13 @@ def collect():
     """Collect every event emitted during the test: ``collect.of(events.Compile)``."""
     with events.Collector() as c:
         yield c
+
+
+@pytest.fixture
+def measured_clock():
+    """Views on the measured clock: for tests whose synthetic events carry the spans they check
+    (the default clock of the views is the Gaudi clock, which re-times them)."""
+    import widgets
+    widgets.set_clock("measured")
+    yield
+    widgets.set_clock("gaudi")

@@ -239,3 +239,51 @@ def test_retime_of_unstamped_events_uses_wall_time():
     r = pm.retime(es, "gaudi2")
     assert r.host_ns == 5_000_000 and r.launches == 1
     assert any(isinstance(e, ev.DeviceExecution) for e in r.events)    # synthesized for the launch
+
+
+# ------------------------------------------------------------------ views on the Gaudi clock
+
+def test_views_default_to_the_gaudi_clock(tmp_path):
+    import json
+    import matplotlib
+    matplotlib.use("Agg")
+    import widgets
+    from hpu_lab import profiler
+    _, _, step = seed_setup()
+    events = record(step, n=6)
+    v = widgets.verdict(events)
+    assert v.bound == "host-bound" and v.clock == "Gaudi clock: GAUDI2 (modeled)"
+    assert widgets.verdict(events, clock="measured").clock == "measured on this CPU"
+    m = widgets.section_metrics(events, device="gaudi3")
+    r = pm.retime(events, "gaudi3")
+    assert m["clock"] == "Gaudi clock: GAUDI3 (modeled)" and m["device busy ms"] == round(r.device_busy_ns / 1e6, 3)
+    fig = widgets.draw_timeline(events)
+    assert "Gaudi clock: GAUDI2" in fig.axes[0].get_title(loc="left")
+    fig = widgets.draw_timeline(events, clock="measured")
+    assert "measured on this CPU" in fig.axes[0].get_title(loc="left")
+    rows = widgets.compare_rows({"lazy": events})
+    assert rows[0]["verdict"] == "host-bound" and rows[0]["device ms/step"] > 0
+    trace = profiler.chrome_trace(events, device="gaudi")
+    assert trace["traceEvents"][0]["args"]["name"] == "hpu_lab \u2014 Gaudi clock: GAUDI (modeled)"
+    execs = [e for e in trace["traceEvents"] if e.get("cat") == "DeviceExecution"]
+    want = sorted(s.duration_ns / 1e3 for s in pm.retime(events, "gaudi").spans["hpu:0"])
+    assert sorted(e["dur"] for e in execs) == pytest.approx(want, abs=0.01)
+    with pytest.raises(ValueError, match="clock"):
+        profiler.chrome_trace(events, clock="wall")
+
+
+# ------------------------------------------------------------------ validation machinery
+
+def test_reference_models_estimate_without_running():
+    from hpu_lab.perfmodel import models, validation
+    step, args = models.bert_step(lambda **kw: models.Bert(2, 64, 2, 128, vocab=100, max_pos=32, **kw), 2, 16)
+    first = pm.estimate_report(step, *args)
+    steady = pm.estimate_report(step, *args)
+    assert len(steady.recipes) == 2 and 0 < steady.device_ns < first.device_ns   # step 1 also creates state
+    step, args = models.resnet50_step(2)
+    r = pm.estimate_report(step, *args, device="gaudi")
+    fwd_gflop = 2 * 4.1e9                            # ResNet-50: ~4.1 GMAC per 224x224 image
+    assert 2.5 * fwd_gflop * 2 < r.total.flops < 3.5 * fwd_gflop * 2     # forward + backward (x3)
+    assert not lazy.S.pg.nodes
+    assert {w.role.split()[0] for w in validation.WORKLOADS} == {"calibration", "held-out"}
+    assert sum(w.role == "calibration" for w in validation.WORKLOADS) <= 2

@@ -2,6 +2,9 @@
 from hpu_lab import events as ev
 from test_widgets_fixtures import Sim, device_bound_loop, host_bound_loop
 from widgets import advisor as adv
+import pytest  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("measured_clock")   # synthetic spans: the measured clock
 
 
 def _quiet_loop(steps=6):

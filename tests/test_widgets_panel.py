@@ -14,6 +14,8 @@ from test_widgets_fixtures import MS, Sim, host_bound_loop  # noqa: E402
 from widgets import panel as pn  # noqa: E402
 from widgets import recording  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("measured_clock")   # synthetic spans: the measured clock
+
 
 def test_panel_has_five_tabs_and_fills_them():
     evs = host_bound_loop(steps=4, shapes_vary=True)
@@ -179,8 +181,11 @@ def test_compare_widget():
     a = recording.Section("lazy")
     a.events = host_bound_loop(steps=3)
     box = widgets.compare([a, ("other", host_bound_loop(steps=2))])
-    assert "<table" in box.children[0].value and "lazy" in box.children[0].value
-    assert "image/png" in box.children[1].outputs[0]["data"]
+    switch, table, figure = box.children
+    assert "<table" in table.value and "lazy" in table.value and "measured on this CPU" in table.value
+    assert "image/png" in figure.outputs[0]["data"]
+    switch.value = "gaudi"                       # the switch re-times the same events on the card
+    assert "Gaudi clock: GAUDI2" in table.value
 
 
 def test_with_the_real_runtime():

@@ -10,10 +10,12 @@ from hpu_lab import config, profiler
 from hpu_lab import events as ev
 from test_widgets_fixtures import MS, Sim, host_bound_loop, mlp_summary
 
+pytestmark = pytest.mark.usefixtures("measured_clock")   # synthetic spans: the measured clock
+
 
 def test_chrome_trace_counts_and_lanes(tmp_path):
     evs = host_bound_loop(steps=3)
-    path = profiler.export_chrome_trace(str(tmp_path / "trace.json"), evs)
+    path = profiler.export_chrome_trace(str(tmp_path / "trace.json"), evs, clock="measured")
     data = json.load(open(path))
     te = data["traceEvents"]
     threads = {e["tid"]: e["args"]["name"] for e in te if e["ph"] == "M" and e["name"] == "thread_name"}
@@ -42,7 +44,7 @@ def test_profile_context_collects_global_events(tmp_path):
         ev.emit(ev.HostSync(0, 2 * MS, "host", 0, reason=".item()"))
         ev.emit(ev.DeviceExecution(0, MS, "hpu:0", 0, launch_id=1))
     assert len(c.events) == 2
-    path = profiler.export_chrome_trace(str(tmp_path / "t.json"))
+    path = profiler.export_chrome_trace(str(tmp_path / "t.json"), clock="measured")
     names = [e["name"] for e in json.load(open(path))["traceEvents"] if e["ph"] == "X"]
     assert names == ["sync .item()", "recipe "]
     ev.emit(ev.HostSync(0, 0, "host", 0))          # after stop: not collected

@@ -4,6 +4,9 @@ from test_widgets_fixtures import MS, Sim, device_bound_loop, host_bound_loop
 from widgets import comparison as cmp
 from widgets import metrics_view as mv
 from widgets import recompiles as rc
+import pytest  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("measured_clock")   # synthetic spans: the measured clock
 
 
 def test_recompile_rows_one_per_compile_with_reason():

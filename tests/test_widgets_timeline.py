@@ -9,6 +9,8 @@ from hpu_lab import events as ev  # noqa: E402
 from test_widgets_fixtures import MS, Sim, device_bound_loop, host_bound_loop  # noqa: E402
 from widgets import timeline as tl  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("measured_clock")   # synthetic spans: the measured clock
+
 
 def _rects(fig):
     """Every rectangle drawn by broken_barh (PolyCollections), keyed by gid 'lane/kind'."""

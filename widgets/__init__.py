@@ -12,12 +12,17 @@
 Views are pure functions of a list of events (``draw_graph``, ``draw_timeline``, ``timeline_rows``,
 ``verdict``, ``recompile_rows``, ``cache_per_step``, ``advise``, ``section_metrics``); widgets only
 hold state. widgets imports hpu_lab; hpu_lab never imports widgets.
+
+Times, verdicts and timelines are on the Gaudi clock (hpu_lab.perfmodel: the recorded work re-timed
+on the card HPU_LAB_DEVICE names) unless a view is given ``clock="measured"`` or
+``widgets.set_clock("measured")`` is called; the panel and ``compare`` have a switch.
 """
 from __future__ import annotations
 
 import shlex
 
 from .advisor import advise
+from .common import set_clock
 from .comparison import compare, compare_rows, draw_compare
 from .graph_view import draw_graph, to_networkx
 from .metrics_view import section_metrics
@@ -29,7 +34,7 @@ from .timeline import Bar, draw_timeline, timeline_rows, verdict
 __all__ = ["advise", "compare", "compare_rows", "draw_compare", "draw_graph", "to_networkx", "section_metrics",
            "SectionPanel", "graphs_seen", "cache_per_step", "recompile_rows", "recompiles_html", "Section",
            "section", "sections", "Bar", "draw_timeline", "timeline_rows", "verdict", "load_ipython_extension",
-           "hpu_section"]
+           "hpu_section", "set_clock"]
 
 
 def _parse_magic_line(line: str):

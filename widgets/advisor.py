@@ -48,6 +48,7 @@ def host_or_device_bound(events: Sequence[ev.Event]) -> List[str]:
     if not any(isinstance(e, ev.DeviceExecution) for e in steady):
         steady, note = list(events), "including compilation: no step ran without compiling"
     v = verdict(steady)
+    note = f"{note}; {v.clock}"
     if v.bound == "host-bound":
         if any(isinstance(e, ev.Replay) for e in steady):
             return [f"host-bound even with HPU Graph replay: device idle {v.idle_fraction:.0%} of the step time "

@@ -8,8 +8,8 @@ from typing import Sequence
 
 from hpu_lab import events as ev
 
-from .common import union_ns
-from .timeline import verdict
+from .common import on_clock, union_ns
+from .timeline import _verdict
 
 
 def steps_of(events: Sequence[ev.Event]) -> int:
@@ -21,25 +21,28 @@ def steps_of(events: Sequence[ev.Event]) -> int:
     return max(n, 1) if events else 0
 
 
-def section_metrics(events: Sequence[ev.Event]) -> dict:
-    """Counts and times of a section. ``host_ms_per_step`` is the wall time the host was *not*
-    waiting for the device (window minus host-sync waits) divided by the steps."""
+def section_metrics(events: Sequence[ev.Event], clock=None, device=None) -> dict:
+    """Counts and times of a section. Times are on the Gaudi clock by default (``clock``, see
+    common.set_clock). ``host ms/step`` is the time the host was *not* waiting for the device
+    (window minus host-sync waits) divided by the steps; ``device ms/step`` the device's busy time."""
     c = Counter(type(e) for e in events)
+    timed, clock_label, _ = on_clock(events, clock, device)
     compiles = [e for e in events if isinstance(e, ev.Compile)]
     lookups = [e for e in events if isinstance(e, ev.CacheLookup)]
     syncs = [e for e in events if isinstance(e, ev.HostSync)]
     fallbacks = [e for e in events if isinstance(e, ev.CPUFallback)]
     mem = [e for e in events if isinstance(e, ev.MemorySample)]
-    v = verdict(events)
+    v = _verdict(timed)
     steps = steps_of(events)
-    wait_ms = union_ns((e.t_start, e.t_end) for e in syncs) / 1e6
+    wait_ms = union_ns((e.t_start, e.t_end) for e in timed if isinstance(e, ev.HostSync)) / 1e6
     return {
         "steps": steps,
         "ops accumulated": c[ev.OpAccumulated],
         "graphs built": c[ev.GraphBuilt],
         "compiles": len(compiles),
         "recompiles": sum(1 for e in compiles if e.reason != "first compile"),
-        "compile ms": round(sum(e.duration_ns for e in compiles) / 1e6, 3),
+        "clock": clock_label,
+        "compile ms": round(sum(e.duration_ns for e in timed if isinstance(e, ev.Compile)) / 1e6, 3),
         "cache hits": sum(1 for e in lookups if e.hit),
         "cache misses": sum(1 for e in lookups if not e.hit),
         "launches": c[ev.Launch],
@@ -57,6 +60,7 @@ def section_metrics(events: Sequence[ev.Event]) -> dict:
         "peak memory bytes": max((e.max_in_use for e in mem), default=0),
         "window ms": round(v.window_ms, 3),
         "host ms/step": round((v.window_ms - wait_ms) / steps, 3) if steps else 0.0,
+        "device ms/step": round(v.device_busy_ms / steps, 3) if steps else 0.0,
         "device busy %": round(100 * v.busy_fraction, 1),
         "verdict": v.text,
     }
@@ -70,8 +74,8 @@ def _fmt(k: str, v) -> str:
     return html.escape(str(v))
 
 
-def metrics_html(events: Sequence[ev.Event]) -> str:
-    m = section_metrics(events)
+def metrics_html(events: Sequence[ev.Event], clock=None, device=None) -> str:
+    m = section_metrics(events, clock, device)
     rows = "".join(f"<tr><th style='text-align:left;padding:2px 8px;background:#f3f3f3'>{html.escape(k)}</th>"
                    f"<td style='padding:2px 8px'>{_fmt(k, v)}</td></tr>" for k, v in m.items())
     return ("<p>Counted from this section's events only.</p>"

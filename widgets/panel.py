@@ -26,7 +26,7 @@ import ipywidgets as W
 from hpu_lab import events as ev
 
 from .advisor import advice_html
-from .common import ns_origin, short_key
+from .common import CLOCK, ns_origin, short_key
 from .graph_view import draw_graph
 from .metrics_view import metrics_html
 from .recompiles import recompiles_html
@@ -35,6 +35,7 @@ from .timeline import draw_timeline
 TABS = ("Graph", "Timeline", "Recompiles", "Metrics", "Advice")
 FIRST_COST_GUESS = 0.25      # seconds a redraw is assumed to take before one has been measured
 LIVE_STEPS = 12              # a live timeline shows the latest steps only (cheaper, and what is new)
+FINAL_STEPS = 60            # a finished section's timeline shows its latest steps (the slider shows others)
 LIVE_DPI = 60                # live redraws are rendered smaller; the final redraw at full dpi
 
 
@@ -147,9 +148,14 @@ class SectionPanel:
         self.step_range = W.IntRangeSlider(description="steps", min=0, max=0, value=(0, 0),
                                            continuous_update=False, layout=W.Layout(width="60%"))
         self.status = W.HTML()
+        # the Gaudi clock (the recorded work re-timed on the card) by default; measured one click away
+        self.clock_select = W.ToggleButtons(options=[("Gaudi clock (modeled)", "gaudi"),
+                                                     ("measured on this CPU", "measured")],
+                                            value=CLOCK["clock"], description="clock",
+                                            style={"button_width": "170px"})
         pages = {
             "Graph": W.VBox([W.HBox([self.graph_select, self.collapse_select]), self.outputs["Graph"]]),
-            "Timeline": W.VBox([self.step_range, self.outputs["Timeline"]]),
+            "Timeline": W.VBox([W.HBox([self.clock_select]), self.step_range, self.outputs["Timeline"]]),
         }
         self.tab = W.Tab(children=[pages.get(n, self.outputs[n]) for n in TABS])
         self.tab.titles = TABS
@@ -160,6 +166,7 @@ class SectionPanel:
         self.graph_select.observe(lambda ch: self._on_control("Graph"), names="value")
         self.collapse_select.observe(lambda ch: self._on_control("Graph"), names="value")
         self.step_range.observe(lambda ch: self._on_control("Timeline"), names="value")
+        self.clock_select.observe(lambda ch: self._on_clock(), names="value")
         self._update_status()
         _warm_up()
 
@@ -205,11 +212,12 @@ class SectionPanel:
         self.stats["live_s"] += time.perf_counter() - now
 
     def finalize(self) -> None:
-        """Stop listening and draw every tab once with all the events."""
+        """Stop listening and draw the visible tab with all the events; the other tabs are drawn
+        when first shown (each costs a redraw the cell's user would otherwise wait for)."""
         self.detach()
         self.finished = True
         self._dirty = set(TABS)
-        self.refresh()
+        self.refresh([self.current_tab])
 
     # ------------------------------------------------------------------ drawing
 
@@ -262,13 +270,20 @@ class SectionPanel:
             if self._live_now and full and hi - lo >= LIVE_STEPS:
                 steps = (hi - LIVE_STEPS + 1, hi)
                 shown = tail_from_step(events, steps[0])
-                title = f"Running: steps {steps[0]}\u2013{hi} (the whole timeline when the cell ends)"
-            fig = draw_timeline(shown, step_range=steps, title=title, t0_ns=ns_origin(events))
+                title = f"Running: steps {steps[0]}\u2013{hi} (the latest {FINAL_STEPS} when the cell ends)"
+            elif full and hi - lo >= FINAL_STEPS:
+                # hundreds of steps are a blur at this width, and drawing them costs seconds
+                steps = (hi - FINAL_STEPS + 1, hi)
+                shown = tail_from_step(events, steps[0])
+                title = (f"{self.title + ': ' if self.title else ''}steps {steps[0]}\u2013{hi} of {lo}\u2013{hi} "
+                         "(move the steps slider for others)")
+            fig = draw_timeline(shown, step_range=steps, title=title, t0_ns=ns_origin(events),
+                                clock=self.clock_select.value)
             out.outputs = (figure_bundle(fig, LIVE_DPI if self._live_now else self.dpi),)
         elif name == "Recompiles":
             out.outputs = (html_bundle(recompiles_html(events)),)
         elif name == "Metrics":
-            out.outputs = (html_bundle(metrics_html(events)),)
+            out.outputs = (html_bundle(metrics_html(events, clock=self.clock_select.value)),)
         elif name == "Advice":
             out.outputs = (html_bundle(advice_html(events)),)
 
@@ -303,6 +318,12 @@ class SectionPanel:
         if self._quiet:
             return
         self._draw(name, list(self.events))
+
+    def _on_clock(self) -> None:
+        if self._quiet:
+            return
+        self._dirty |= {"Metrics"}
+        self._draw("Timeline", list(self.events))
 
     def _show(self, name: str) -> None:
         if name in self._dirty and not self._quiet:

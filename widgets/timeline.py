@@ -15,7 +15,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from hpu_lab import events as ev
 
-from .common import COLORS, in_steps, launch_steps, ms, ns_origin, short_key, step_of, union_ns
+from .common import COLORS, in_steps, launch_steps, ms, ns_origin, on_clock, short_key, step_of, union_ns
 
 # Ops are zero-length events; consecutive ones form one "trace" bar unless the host did
 # nothing for longer than this between two of them (then the gap is not tracing).
@@ -53,6 +53,8 @@ _HOST_KIND = {
     ev.Collective: "collective",
     ev.Error: "error",
     ev.Replay: "replay",
+    ev.HostWait: "host wait",
+    ev.DeviceToHost: "copy D2H",
 }
 
 # Host kinds that are not bars at all (markers or boundaries) but still end a trace run.
@@ -176,6 +178,7 @@ class Verdict:
     bound: str               # "host-bound", "device-bound" or "no device work"
     window_ms: float         # first to last event
     device_busy_ms: float    # union of the device executions of every stream, in the window
+    clock: str = ""          # "Gaudi clock: GAUDI2 (modeled)" or "measured on this CPU"
 
     @property
     def busy_fraction(self) -> float:
@@ -206,8 +209,17 @@ def classify(idle_fraction: float) -> str:
     return "host-bound" if idle_fraction >= HOST_BOUND_IDLE else "device-bound"
 
 
-def verdict(events: Sequence[ev.Event]) -> Verdict:
-    """Device busy time (all streams, overlaps counted once) against the window of ``events``."""
+def verdict(events: Sequence[ev.Event], clock: Optional[str] = None, device=None) -> Verdict:
+    """Device busy time (all streams, overlaps counted once) against the window of ``events``, on
+    the Gaudi clock (default; see common.set_clock) or as measured (``clock="measured"``)."""
+    if not events:
+        return Verdict("no device work", 0.0, 0.0)
+    events, label, _ = on_clock(events, clock, device)
+    v = _verdict(events)
+    return Verdict(v.bound, v.window_ms, v.device_busy_ms, label)
+
+
+def _verdict(events: Sequence[ev.Event]) -> Verdict:
     if not events:
         return Verdict("no device work", 0.0, 0.0)
     w0 = min(e.t_start for e in events)
@@ -242,12 +254,13 @@ def _merge_close(bars: List[Bar], gap_ms: float) -> List[Bar]:
 
 
 _DRAW_ORDER = ["capture", "replay", "idle", "trace", "graph build", "cache lookup", "compile",
-               "launch", "copy H2D", "collective", "host sync", "execute", "error"]
+               "launch", "copy H2D", "copy D2H", "host wait", "collective", "host sync", "execute", "error"]
 _LEGEND_NAME = {
     "trace": "tracing ops (Python)", "graph build": "graph build", "cache lookup": "recipe cache lookup",
     "compile": "compile", "launch": "launch", "host sync": "host waits (sync)", "copy H2D": "copy host\u2192device",
     "collective": "collective", "capture": "HPU Graph capture", "replay": "HPU Graph replay",
     "execute": "device executes a recipe", "idle": "device idle", "error": "error",
+    "host wait": "host waits (outside hpu_lab: data, sleep, I/O)", "copy D2H": "copy device\u2192host",
 }
 
 
@@ -271,18 +284,23 @@ def _lane_title(lane: str) -> str:
 
 
 def draw_timeline(events: Sequence[ev.Event], step_range: Optional[Tuple[int, int]] = None, ax=None,
-                  title: Optional[str] = None, compact: bool = False, t0_ns: Optional[int] = None):
+                  title: Optional[str] = None, compact: bool = False, t0_ns: Optional[int] = None,
+                  clock: Optional[str] = None, device=None):
     """Draw the timeline of ``events`` (optionally only steps ``step_range``, inclusive) and return
     the matplotlib Figure. Compile markers: blue = first compile, red = recompile; host syncs
     are red bars with a red diamond; dotted lines are mark_step boundaries. ``t0_ns``: the zero
-    of the time axis (default: the first event), for drawing a tail of a longer section."""
+    of the time axis (default: the first event), for drawing a tail of a longer section (measured
+    clock only). ``clock``: "gaudi" (the Gaudi clock of ``device``, the default) or "measured";
+    the clock and card are named in the title."""
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
     from matplotlib.collections import LineCollection
     from matplotlib import transforms
 
-    all_events = list(events)
+    all_events, clock_label, retimed = on_clock(list(events), clock, device)
+    if retimed is not None:
+        t0_ns = None                     # the Gaudi clock starts at 0 at the first event
     t0 = ns_origin(all_events) if t0_ns is None else t0_ns
     shown = in_steps(all_events, step_range)
     rows = timeline_rows(shown, t0=t0)
@@ -325,13 +343,15 @@ def draw_timeline(events: Sequence[ev.Event], step_range: Optional[Tuple[int, in
             if kind not in kinds_present:
                 kinds_present.append(kind)
 
-    # labels inside bars that are wide enough to hold them
-    if not compact:
-        for b in rows:
-            if b.kind != "idle" and b.duration_ms > span * 0.08 and b.label:
-                dy = 0.3 if b.level else 0.0
-                ax.text((b.start_ms + b.end_ms) / 2, ypos[b.lane] + dy, b.label, ha="center", va="center",
-                        fontsize=7, clip_on=True, color="black")
+    # labels inside bars that are wide enough to hold them (in compact views, the capture and
+    # wait spans only: a long unlabelled band would be a mystery)
+    for b in rows:
+        if compact and b.kind not in ("capture", "host wait", "compile"):
+            continue
+        if b.kind != "idle" and b.duration_ms > span * (0.08 if not compact else 0.12) and b.label:
+            dy = 0.3 if b.level else 0.0
+            ax.text((b.start_ms + b.end_ms) / 2, ypos[b.lane] + dy, b.label, ha="center", va="center",
+                    fontsize=7 if not compact else 6, clip_on=True, color="black")
 
     host_y = ypos["host"]
     legend = [Patch(facecolor=COLORS.get(k, "#999999"), hatch="////" if k == "idle" else None,
@@ -389,18 +409,20 @@ def draw_timeline(events: Sequence[ev.Event], step_range: Optional[Tuple[int, in
     ax.set_yticks([ypos[l] for l in lanes], [_lane_title(l) for l in lanes], fontsize=8 if compact else 9)
     ax.set_ylim(-len(lanes) + 0.4, 0.65)
     ax.set_xlim(x0 - span * 0.01, x1 + span * 0.01)
-    ax.set_xlabel("time since section start (ms)", fontsize=8 if compact else 10)
     ax.grid(axis="x", color="#e5e5e5", linewidth=0.6)
     ax.set_axisbelow(True)
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
 
-    v = verdict(shown)
+    v = _verdict(shown)
     steps = sorted({e.step for e in shown if isinstance(e, ev.MarkStep)})
     if title is None:
         where = f"steps {step_range[0]}\u2013{step_range[1]}" if step_range else \
             (f"{len(steps)} steps" if steps else "no mark_step")
         title = f"Host and device timeline ({where}, {_fmt_ms(span)})"
+    title = f"{title} \u2014 {clock_label}"
+    ax.set_xlabel(("time since section start (ms)" if retimed is None else
+                   f"modeled time on {retimed.card.device_name} (ms; host = CPU time)"), fontsize=8 if compact else 10)
     vcolor = {"host-bound": "#c0392b", "device-bound": "#1e7b34"}.get(v.bound, "#555555")
     if compact:
         ax.set_title(f"{title}\n{v.text}", fontsize=9, loc="left", color="black")

@@ -118,18 +118,22 @@ def summarize(g) -> ev.GraphSummary:
         else:
             op = n.meta.get("op_name", str(n.target))
         ins = [a for a in n.all_input_nodes] if n.op == "call_function" else []
+        dtype = str(meta[2]).replace("torch.", "") if meta else ""
         if meta:
             out_bytes = _nbytes(meta)
         else:                                # a multi-output op: the outputs are its getitems
-            out_bytes = sum(_nbytes(u.meta.get("hpu_meta")) for u in n.users
-                            if u.op == "call_function" and u.target is operator.getitem)
+            outs = [u.meta.get("hpu_meta") for u in n.users
+                    if u.op == "call_function" and u.target is operator.getitem and u.meta.get("hpu_meta")]
+            out_bytes = sum(_nbytes(m) for m in outs)
+            if outs:
+                dtype = str(outs[0][2]).replace("torch.", "")
         nodes.append(ev.NodeInfo(
             inputs=tuple(index[a] for a in ins),
             in_shapes=tuple(tuple(a.meta["hpu_meta"][0]) if a.meta.get("hpu_meta") else () for a in ins),
             in_bytes=tuple(_nbytes(a.meta.get("hpu_meta")) for a in ins),
             out_bytes=out_bytes,
             index=i, op=op, shape=tuple(meta[0]) if meta else (),
-            dtype=str(meta[2]).replace("torch.", "") if meta else "",
+            dtype=dtype,
             engine=n.meta.get("engine", "TPC") if n.op == "call_function" else "",
             cluster=n.meta.get("cluster", -1),
             is_cast=op in ("aten::_to_copy", "aten::to", "aten::_autocast_to_reduced_precision",

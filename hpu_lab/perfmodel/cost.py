@@ -1,7 +1,8 @@
 """The cost of device work on a card: recipes (from their graph), copies and collectives.
 
-A recipe runs its nodes one after another on the card (the real graph compiler overlaps MME and
-TPC work; the efficiency factors absorb that). Per node:
+A recipe's MME kernels run one after another, and so do its TPC kernels; the two engines overlap
+by a documented share (EFFICIENCY["overlap"]: the graph compiler pipelines slices of MME and TPC
+work). Per node:
 
   MME (matmul, conv):  max(FLOPs / (peak for the dtype x eff_mme), HBM bytes / (HBM bw x eff_hbm))
   TPC (everything else): max(HBM bytes / (HBM bw x eff_hbm), FLOPs / (vector rate x eff_tpc))
@@ -9,7 +10,11 @@ TPC work; the efficiency factors absorb that). Per node:
   ones leaving it (its intermediates stay on chip), so fusion, casts and permutes change the cost
   a view (alias) costs nothing; a CPU-fallback node is host work, not device work
 
-plus ``kernel_ns`` per kernel and ``recipe_launch_ns`` per recipe. All times in nanoseconds.
+plus ``kernel_ns`` per kernel and ``recipe_launch_ns`` per recipe. Views and reshapes cost nothing;
+a transpose costs nothing when only the MME reads it (it takes strided operands), a cast nothing
+when only the MME reads it or the MME produced its input (the MME converts on load / store);
+otherwise (a cast between TPC ops, a transpose feeding a TPC op) they cost their HBM traffic,
+unless the compiler fused them into a cluster. Times in ns.
 """
 from __future__ import annotations
 
@@ -21,11 +26,12 @@ from .cards import Card
 # Efficiency factors: the fraction of a peak figure real kernels reach. Documented and
 # calibrated in docs/gaudi_clock.md ("Validation"); change them here, nowhere else.
 EFFICIENCY: Dict[str, float] = {
-    "mme": 0.62,            # of peak matrix FLOP/s (calibrated: ResNet-50 training)
-    "hbm": 0.70,            # of peak HBM bandwidth (calibrated: BERT-Large phase 1)
+    "mme": 0.90,            # of peak matrix FLOP/s (calibrated, validation.calibrate)
+    "hbm": 0.59,            # of peak HBM bandwidth (calibrated, validation.calibrate)
     "tpc": 0.50,            # of peak vector FLOP/s (assumed)
     "host_link": 0.80,      # of PCIe bandwidth per direction (assumed)
     "nic": 0.75,            # of the card's NIC bandwidth (assumed)
+    "overlap": 0.6,         # share of the shorter engine's time (MME or TPC) hidden under the other (assumed)
 }
 HOST_STAGING_BW = 8e9       # bytes/s: the host copies pageable memory into a pinned bounce buffer (assumed)
 COPY_LATENCY_NS = 10_000    # one DMA transfer set-up (assumed)
@@ -41,6 +47,15 @@ _CONTRACT_FIRST = {"aten::mm", "aten::bmm", "aten::matmul", "aten::linear", "ate
 # vector ops that cost more than one FLOP per element (transcendentals on the TPC; assumed)
 _HEAVY = ("exp", "log", "tanh", "sigmoid", "gelu", "erf", "softmax", "pow", "sqrt", "rsqrt", "div",
           "silu", "norm", "sin", "cos")
+
+
+# ops that only re-describe memory (strides, offsets): no kernel runs for them on a Gaudi
+_FREE = {"aten::view", "aten::_unsafe_view", "aten::expand", "aten::squeeze", "aten::unsqueeze", "aten::alias",
+         "aten::as_strided", "aten::slice", "aten::select", "aten::unbind", "aten::split", "aten::split_with_sizes",
+         "aten::detach", "aten::lift_fresh", "aten::_reshape_alias", "aten::reshape", "aten::flatten",
+         "aten::unflatten", "aten::chunk", "aten::narrow", "aten::diagonal", "aten::view_as", "view", "getitem"}
+# layout changes: free when only the MME reads them (it takes strided / transposed operands)
+_TRANSPOSES = {"aten::t", "aten::transpose", "aten::permute", "aten::numpy_T"}
 
 
 def _numel(shape: Sequence[int]) -> int:
@@ -98,8 +113,18 @@ def _itemsize(dtype: str) -> int:
     return _ITEMSIZE.get(dtype, 4)
 
 
-def recipe_cost(summary, card: Card, fusion: bool = True, eff: Optional[Dict[str, float]] = None) -> RecipeCost:
-    """Modeled device time of one launch of a recipe whose graph is ``summary`` (a GraphSummary)."""
+@dataclass(frozen=True)
+class Kernel:
+    """One device kernel of a recipe: a node, or a fusion cluster of TPC nodes."""
+    name: str               # "aten::addmm", or "cluster 3: aten::mul+aten::add"
+    engine: str             # "MME" or "TPC"
+    ns: int
+    flops: int
+    hbm_bytes: int
+
+
+def kernels(summary, card: Card, fusion: bool = True, eff: Optional[Dict[str, float]] = None):
+    """The kernels of a recipe whose graph is ``summary`` (a GraphSummary), each with its cost."""
     e = dict(EFFICIENCY, **(eff or {}))
     bw = card.hbm_bw * e["hbm"]
     nodes = summary.nodes if summary is not None else ()
@@ -107,31 +132,47 @@ def recipe_cost(summary, card: Card, fusion: bool = True, eff: Optional[Dict[str
     for a, b in summary.edges if summary is not None else ():
         consumers.setdefault(a, set()).add(b)
     out_nodes = {n.index for n in nodes if n.op == "output"}
-    mme_ns = tpc_ns = kernels = flops_total = bytes_total = 0
+    out = []
     clusters: Dict[int, list] = {}
+
+    def numel(n):
+        return max([_numel(n.shape)] + [_numel(s) for s in n.in_shapes])
+    by_index = {n.index: n for n in nodes}
+
+    memo: Dict[int, bool] = {}
+
+    def mme_only(n):
+        """Every consumer is an MME node, looking through views and transposes."""
+        r = memo.get(n.index)
+        if r is None:
+            memo[n.index] = False            # cycles cannot happen; this only guards re-entry
+            users = [by_index[u] for u in consumers.get(n.index, ()) if u in by_index]
+            r = bool(users) and all(u.engine == "MME" or ((u.op in _FREE or u.op in _TRANSPOSES
+                                                           or u.tensor_class == "alias") and mme_only(u))
+                                    for u in users)
+            memo[n.index] = r
+        return r
     for n in nodes:
-        if n.op in ("input", "output") or n.engine in ("", "CPU") or n.tensor_class == "alias":
+        if n.op in ("input", "output") or n.engine in ("", "CPU") or n.tensor_class == "alias" or n.op in _FREE:
             continue
+        if n.op in _TRANSPOSES and mme_only(n):
+            continue
+        if n.is_cast and n.cluster < 0 and (mme_only(n) or any(by_index[i].engine == "MME" for i in n.inputs
+                                                                if i in by_index)):
+            continue                     # the MME converts on load / writes the cast dtype
         if n.engine == "MME":
             fl = mme_flops(n.op, n.shape, n.in_shapes)
             by = sum(n.in_bytes) + n.out_bytes
             t = max(fl / (card.mme_rate(n.dtype or "float32") * e["mme"]), by / bw)
-            mme_ns += int(t * 1e9) + card.kernel_ns
-            kernels += 1
-            flops_total += fl
-            bytes_total += by
-            continue
-        if fusion and n.cluster >= 0:
+            out.append(Kernel(n.op, "MME", int(t * 1e9) + card.kernel_ns, fl, by))
+        elif fusion and n.cluster >= 0:
             clusters.setdefault(n.cluster, []).append(n)
-            continue
-        fl = vector_flops(n.op, max([_numel(n.shape)] + [_numel(s) for s in n.in_shapes]))
-        by = sum(n.in_bytes) + n.out_bytes
-        t = max(by / bw, fl / (card.vector_rate(n.dtype or "float32") * e["tpc"]))
-        tpc_ns += int(t * 1e9) + card.kernel_ns
-        kernels += 1
-        flops_total += fl
-        bytes_total += by
-    for members in clusters.values():
+        else:
+            fl = vector_flops(n.op, numel(n))
+            by = sum(n.in_bytes) + n.out_bytes
+            t = max(by / bw, fl / (card.vector_rate(n.dtype or "float32") * e["tpc"]))
+            out.append(Kernel(n.op, "TPC", int(t * 1e9) + card.kernel_ns, fl, by))
+    for cid, members in clusters.items():
         inside = {m.index for m in members}
         read: Dict[int, int] = {}
         for m in members:
@@ -141,14 +182,23 @@ def recipe_cost(summary, card: Card, fusion: bool = True, eff: Optional[Dict[str
         written = sum(m.out_bytes for m in members
                       if (consumers.get(m.index, set()) - inside) or m.index in out_nodes)
         by = sum(read.values()) + written
-        fl = sum(vector_flops(m.op, max([_numel(m.shape)] + [_numel(s) for s in m.in_shapes])) for m in members)
-        dtype = members[-1].dtype or "float32"
-        t = max(by / bw, fl / (card.vector_rate(dtype) * e["tpc"]))
-        tpc_ns += int(t * 1e9) + card.kernel_ns
-        kernels += 1
-        flops_total += fl
-        bytes_total += by
-    return RecipeCost(card.recipe_launch_ns + mme_ns + tpc_ns, mme_ns, tpc_ns, kernels, flops_total, bytes_total)
+        fl = sum(vector_flops(m.op, numel(m)) for m in members)
+        t = max(by / bw, fl / (card.vector_rate(members[-1].dtype or "float32") * e["tpc"]))
+        name = f"cluster {cid}: " + "+".join(m.op.split("::")[-1] for m in members)
+        out.append(Kernel(name, "TPC", int(t * 1e9) + card.kernel_ns, fl, by))
+    return out
+
+
+def recipe_cost(summary, card: Card, fusion: bool = True, eff: Optional[Dict[str, float]] = None) -> RecipeCost:
+    """Modeled device time of one launch of a recipe whose graph is ``summary`` (a GraphSummary)."""
+    ks = kernels(summary, card, fusion, eff)
+    mme = sum(k.ns for k in ks if k.engine == "MME")
+    tpc = sum(k.ns for k in ks if k.engine == "TPC")
+    # the graph compiler pipelines MME and TPC work (slices of one feed the other): part of the
+    # shorter engine's time hides under the longer one's
+    overlap = dict(EFFICIENCY, **(eff or {}))["overlap"]
+    ns = card.recipe_launch_ns + max(mme, tpc) + int((1 - overlap) * min(mme, tpc))
+    return RecipeCost(ns, mme, tpc, len(ks), sum(k.flops for k in ks), sum(k.hbm_bytes for k in ks))
 
 
 def copy_ns(nbytes: int, card: Card, pinned: bool = False, eff: Optional[Dict[str, float]] = None) -> int:

@@ -19,7 +19,7 @@ Events recorded without stamps (``cpu_ns == -1``) fall back to wall-time gaps.
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
 from .. import events as ev
@@ -88,6 +88,18 @@ def _ms(ns: int) -> str:
     return f"{x:,.0f} ms" if x >= 100 else f"{x:.3g} ms"
 
 
+def _moved(e, start: int, end: int, lane: Optional[str] = None):
+    """A copy of event ``e`` with new times (dataclasses.replace, ~10x faster: these are plain
+    frozen dataclasses whose __init__ does nothing else)."""
+    n = object.__new__(type(e))
+    d = n.__dict__
+    d.update(e.__dict__)
+    d["t_start"], d["t_end"] = start, end
+    if lane is not None:
+        d["lane"] = lane
+    return n
+
+
 def _union(intervals) -> int:
     total, a0, b0 = 0, None, None
     for a, b in sorted(intervals):
@@ -146,7 +158,22 @@ def retime(events: Sequence[ev.Event], card: Card, fusion: bool = True) -> Retim
         spans.setdefault(lane, []).append(Span(lane, kind, s, e_, step, label))
         return s, e_
 
+    OpAcc = ev.OpAccumulated
     for e in host_events:
+        c, b = e.cpu_ns, e.blocked_ns
+        if type(e) is OpAcc and c >= 0 and prev_cpu is not None and prev_cpu >= 0 and b == prev_blocked:
+            # fast path for the most common event (an instant, no wait before it)
+            end = H + max(c - prev_cpu, 0)
+            new[id(e)] = _moved(e, end, end)
+            st = per_step.get(e.step)
+            if st is None:
+                st = per_step[e.step] = {"host_ns": 0, "device_ns": 0, "sync_wait_ns": 0}
+            st["host_ns"] += end - H
+            H = end
+            wall_marks.append(e.t_end)
+            host_marks.append(end)
+            prev_cpu, prev_wall = c, e.t_end
+            continue
         wall_dur = e.t_end - e.t_start
         if e.cpu_ns >= 0 and prev_cpu is not None and prev_cpu >= 0:
             d_cpu = max(e.cpu_ns - prev_cpu, 0)
@@ -202,7 +229,7 @@ def retime(events: Sequence[ev.Event], card: Card, fusion: bool = True) -> Retim
             s, f = device_span(lane, "execute", end, dur, e.step, f"{e.key[:6]}")
             launch_end[e.launch_id] = f
             launch_span[e.launch_id] = (lane, s, f)
-        new[id(e)] = replace(e, t_start=start, t_end=end)
+        new[id(e)] = _moved(e, start, end)
         st = per_step.setdefault(e.step, {"host_ns": 0, "device_ns": 0, "sync_wait_ns": 0})
         st["host_ns"] += max(end - H, 0) - wait
         st["sync_wait_ns"] += wait
@@ -219,14 +246,14 @@ def retime(events: Sequence[ev.Event], card: Card, fusion: bool = True) -> Retim
     for e in other:
         if isinstance(e, ev.DeviceExecution) and e.launch_id in launch_span:
             lane, s, f = launch_span[e.launch_id]
-            new[id(e)] = replace(e, t_start=s, t_end=f, lane=lane)
+            new[id(e)] = _moved(e, s, f, lane)
             seen_exec.add(e.launch_id)
         elif isinstance(e, ev.Collective):
             s, f = device_span(e.lane, "collective", 0, cost.collective_ns(e.op, e.nbytes, e.world_size, card),
                                e.step, e.op)
-            new[id(e)] = replace(e, t_start=s, t_end=f)
+            new[id(e)] = _moved(e, s, f)
         else:                                  # an execution whose launch is not in the list
-            new[id(e)] = replace(e, t_start=0, t_end=0)
+            new[id(e)] = _moved(e, 0, 0)
     for e in host_events:
         if isinstance(e, ev.Launch) and e.launch_id not in seen_exec:
             lane, s, f = launch_span[e.launch_id]

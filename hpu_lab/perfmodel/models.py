@@ -1,0 +1,176 @@
+"""Reference models for the Gaudi clock's validation, written here (torchvision does not load
+beside this torch build; transformers is not a dependency): ResNet-50 v1.5 and BERT (Base/Large)
+with a SQuAD head or a masked-LM head, as plain nn.Modules.
+
+They are built on the meta device and moved to "hpu" with ``to_empty``: parameters are device
+buffers that are never filled, which is all ``perfmodel.estimate`` needs (it traces, it does not
+run). Dropout is left out: hpu_lab draws dropout masks on the host, which would make tracing a
+BERT step slow, and on a Gaudi it is one fused elementwise multiply (a few % of a step).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+# ------------------------------------------------------------------ ResNet-50 v1.5
+
+class Bottleneck(nn.Module):
+    expansion = 4
+
+    def __init__(self, cin, width, stride):
+        super().__init__()
+        cout = width * 4
+        self.conv1 = nn.Conv2d(cin, width, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.conv2 = nn.Conv2d(width, width, 3, stride=stride, padding=1, bias=False)   # v1.5: stride here
+        self.bn2 = nn.BatchNorm2d(width)
+        self.conv3 = nn.Conv2d(width, cout, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(cout)
+        self.down = None
+        if stride != 1 or cin != cout:
+            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride=stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        idt = x if self.down is None else self.down(x)
+        y = F.relu(self.bn1(self.conv1(x)))
+        y = F.relu(self.bn2(self.conv2(y)))
+        return F.relu(self.bn3(self.conv3(y)) + idt)
+
+
+class ResNet50(nn.Module):
+    def __init__(self, classes=1000):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
+                                  nn.MaxPool2d(3, 2, 1))
+        layers, cin = [], 64
+        for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+            for i in range(blocks):
+                layers.append(Bottleneck(cin, width, stride if i == 0 else 1))
+                cin = width * 4
+        self.layers = nn.Sequential(*layers)
+        self.fc = nn.Linear(2048, classes)
+
+    def forward(self, x):
+        x = self.layers(self.stem(x))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+# ------------------------------------------------------------------ BERT
+
+class BertLayer(nn.Module):
+    def __init__(self, hidden, heads, ffn):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(hidden, 3 * hidden)
+        self.out = nn.Linear(hidden, hidden)
+        self.ln1 = nn.LayerNorm(hidden)
+        self.ff1 = nn.Linear(hidden, ffn)
+        self.ff2 = nn.Linear(ffn, hidden)
+        self.ln2 = nn.LayerNorm(hidden)
+
+    def forward(self, x):
+        b, s, h = x.shape
+        d = h // self.heads
+        q, k, v = self.qkv(x).view(b, s, 3, self.heads, d).permute(2, 0, 3, 1, 4)
+        att = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(d), dim=-1)
+        ctx = (att @ v).transpose(1, 2).reshape(b, s, h)
+        x = self.ln1(x + self.out(ctx))
+        return self.ln2(x + self.ff2(F.gelu(self.ff1(x))))
+
+
+class Bert(nn.Module):
+    """BERT encoder; ``head``: "squad" (start/end logits of every token) or "pretrain" (vocabulary
+    logits of ``predictions`` masked positions per sequence, as max_predictions_per_seq: 20 for
+    phase 1, 80 for phase 2; taken as the first positions: the cost is the same)."""
+
+    def __init__(self, layers=24, hidden=1024, heads=16, ffn=4096, vocab=30522, max_pos=512, head="squad",
+                 predictions=20):
+        super().__init__()
+        self.word = nn.Embedding(vocab, hidden)
+        self.pos = nn.Embedding(max_pos, hidden)
+        self.segment = nn.Embedding(2, hidden)
+        self.ln = nn.LayerNorm(hidden)
+        self.layers = nn.ModuleList(BertLayer(hidden, heads, ffn) for _ in range(layers))
+        self.head_kind, self.predictions = head, predictions
+        self.head = nn.Linear(hidden, 2 if head == "squad" else vocab)
+
+    def forward(self, ids, pos, types):
+        x = self.ln(self.word(ids) + self.pos(pos) + self.segment(types))
+        for layer in self.layers:
+            x = layer(x)
+        if self.head_kind == "pretrain":
+            x = x[:, :self.predictions]
+        return self.head(x)
+
+
+def bert_large(**kw) -> Bert:
+    return Bert(24, 1024, 16, 4096, **kw)
+
+
+def bert_base(**kw) -> Bert:
+    return Bert(12, 768, 12, 3072, **kw)
+
+
+# ------------------------------------------------------------------ training steps (for estimate)
+
+def on_hpu(make):
+    """Build ``make()`` on the meta device, then give it (unfilled) hpu buffers."""
+    with torch.device("meta"):
+        m = make()
+    return m.to_empty(device="hpu")
+
+
+def resnet50_step(batch: int):
+    """(step, args): one SGD-momentum training step of ResNet-50 on ``batch`` 224x224 images, bf16
+    autocast (the published runs use LARS: SGD plus a per-layer norm, a small extra)."""
+    import hpu_lab.core as htcore
+    model = on_hpu(ResNet50)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, foreach=False)
+    x = torch.empty(batch, 3, 224, 224, device="hpu")
+    y = torch.empty(batch, dtype=torch.long, device="hpu")
+
+    def step(x, y):
+        with torch.autocast("hpu", dtype=torch.bfloat16):
+            loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        htcore.mark_step()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        htcore.mark_step()
+    return step, (x, y)
+
+
+def bert_step(make, batch: int, seq: int, head: str = "squad", predictions: int = 20):
+    """(step, args): one FusedAdamW training step of a BERT ``make`` (bert_large / bert_base) on
+    ``batch`` sequences of ``seq`` tokens, bf16 autocast (the published pretraining runs use LAMB:
+    the same traffic per parameter as AdamW, plus a norm)."""
+    import hpu_lab.core as htcore
+    from hpu_lab.hpex.optimizers import FusedAdamW
+    model = on_hpu(lambda: make(head=head, predictions=predictions))
+    opt = FusedAdamW(model.parameters(), lr=1e-4)
+    ids = torch.empty(batch, seq, dtype=torch.long, device="hpu")
+    pos = torch.empty(batch, seq, dtype=torch.long, device="hpu")
+    types = torch.empty(batch, seq, dtype=torch.long, device="hpu")
+    if head == "squad":
+        target = torch.empty(batch, dtype=torch.long, device="hpu")
+    else:
+        target = torch.empty(batch, predictions, dtype=torch.long, device="hpu")
+
+    def step(ids, pos, types, target):
+        with torch.autocast("hpu", dtype=torch.bfloat16):
+            logits = model(ids, pos, types)
+            if head == "squad":
+                start, end = logits.float().unbind(-1)
+                loss = (F.cross_entropy(start, target) + F.cross_entropy(end, target)) / 2
+            else:
+                loss = F.cross_entropy(logits.float().flatten(0, 1), target.flatten())
+        loss.backward()
+        htcore.mark_step()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        htcore.mark_step()
+    return step, (ids, pos, types, target)
