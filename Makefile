@@ -66,8 +66,10 @@ chromium:
 	         "or the browser test will be skipped"; \
 	  fi; }
 
+# lab/jupyter_lab_config.py: notebooks/ as root, and JupyterLab's own settings overrides
+# (lab/settings/overrides.json): no news prompt, no update check. Nothing installed is patched.
 lab: setup
-	$(RUN) $(VENV)/bin/jupyter lab --notebook-dir=notebooks --no-browser \
+	$(RUN) $(VENV)/bin/jupyter lab --config=lab/jupyter_lab_config.py --no-browser \
 	  $(if $(PORT),--port=$(PORT)) $(if $(IP),--ServerApp.ip=$(IP)) \
 	  $(if $(filter 0,$(shell id -u)),--allow-root)
 

@@ -9,6 +9,7 @@ IPython pay nothing.
 """
 from __future__ import annotations
 
+import linecache
 import os
 import sys
 
@@ -23,6 +24,7 @@ _cache: dict = {}   # file name -> True if it belongs to the user
 # file name of an IPython cell -> IPython's {file name: execution count}, read on every naming (not
 # frozen into a string): a cell re-run unchanged is compiled under the same file name, with a new count
 _cells: dict = {}
+_code: dict = {}    # file name of an IPython cell -> a key of its code (see call_site)
 
 
 def _cell_counts():
@@ -45,6 +47,8 @@ def _is_user_file(fn: str) -> bool:
             counts = _cell_counts()
             if counts is not None and fn in counts:
                 _cells[fn] = counts
+                # the cell's code, as IPython cached it for tracebacks: what its call sites are
+                _code[fn] = hash("".join(linecache.getlines(fn))) or fn
     return r
 
 
@@ -75,6 +79,17 @@ def user_frame(depth: int = 2):
 
 
 _fmt: dict = {}
+# 'cell [5], line 18' -> (the cell's code, line) of the line it last named. A cell's name is for
+# people; the call site that recompile reasons diff against (compiler/cache.py) must be the code:
+# a cell re-run unchanged keeps its call site though its count changes (and, in a terminal
+# IPython, its file name), and cells that share a count (run with store_history=False, as nbval
+# does: every cell is [1]) stay apart.
+_sites: dict = {}
+
+
+def call_site(src: str):
+    """The stable call site behind ``src``, a name user_src just returned (else ``src`` itself)."""
+    return _sites.get(src, src)
 
 
 def user_src(depth: int = 2) -> str:
@@ -92,10 +107,17 @@ def user_src(depth: int = 2) -> str:
             r = _is_user(code)
         if r:
             counts = _cells.get(fn)
-            key = (fn, f.f_lineno) if counts is None else (fn, f.f_lineno, counts.get(fn))
+            if counts is None:
+                key = (fn, f.f_lineno)
+                s = _fmt.get(key)
+                if s is None:
+                    s = _fmt[key] = source_name(fn, f.f_lineno)
+                return s
+            key = (fn, f.f_lineno, counts.get(fn))
             s = _fmt.get(key)
             if s is None:
                 s = _fmt[key] = source_name(fn, f.f_lineno)
+            _sites[s] = (_code[fn], key[1])
             return s
         f = f.f_back
     return "<backward>"

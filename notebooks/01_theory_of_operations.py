@@ -290,7 +290,7 @@ assert lazy_ms > compiled_ms
 # Compile a slightly longer chain and open the recipe:
 
 # %%
-# %%hpu_section "One recipe, opened up" --as low
+# %%hpu_section "One recipe, opened up" --as low --picture graph
 b = torch.randn(16, device="hpu")
 y = torch.relu(x @ w1 + b) * 2 - 1          # an elementwise chain after a matmul
 z = torch.sigmoid(y).sum(dim=1)

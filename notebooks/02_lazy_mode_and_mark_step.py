@@ -82,7 +82,7 @@ assert len(ops) >= 6 and acc.of(ev.Launch) == [] and acc.of(ev.GraphBuilt) == []
 # Now `mark_step`: the pending ops become one graph, which compiles and launches.
 
 # %%
-# %%hpu_section "mark_step" --as ms
+# %%hpu_section "mark_step" --as ms --picture graph
 htcore.mark_step()
 
 # %%

@@ -53,6 +53,7 @@ from habana_frameworks.torch.distributed.hccl import initialize_distributed_hpu
 from hpu_lab.distributed.fast_ddp import all_reduce_gradients
 from hpu_lab.metrics import metric_localcontext
 from hpu_lab import config
+import widgets                                         # records a run's events and draws its timeline
 
 world_size, rank, local_rank = initialize_distributed_hpu()   # reads torchrun's variables
 dist.init_process_group("hccl", rank=rank, world_size=world_size)
@@ -96,11 +97,18 @@ def train(mode, steps=3, **kw):
     return {"all_reduce_per_step": all_reduces, "checksum": round(checksum, 5)}
 
 
+def timeline(name, run):                               # run(), and this card's timeline of it as a PNG
+    with widgets.section(f"card {rank}: {name}", display=False) as s:
+        result = run()
+    s.timeline().savefig(f"timeline_{name}_card{rank}.png", dpi=60)
+    return result
+
+
 def buckets():
     report(ddp_25MB=train("ddp", bucket_cap_mb=25),
-           ddp_50KB=train("ddp", bucket_cap_mb=0.05),
+           ddp_50KB=timeline("ddp_50KB", lambda: train("ddp", bucket_cap_mb=0.05)),
            ddp_50KB_grad_view=train("ddp", bucket_cap_mb=0.05, gradient_as_bucket_view=True),
-           fast_ddp=train("fast_ddp", fusion_buffer_dtype=torch.float32))
+           fast_ddp=timeline("fast_ddp", lambda: train("fast_ddp", fusion_buffer_dtype=torch.float32)))
 
 
 class RowParallelLinear(nn.Module):                    # tensor parallelism: each card holds half the inputs
@@ -195,6 +203,15 @@ assert r0["ddp_50KB_grad_view"]["all_reduce_per_step"] == small      # views of 
 assert all(r0[k]["checksum"] == r1[k]["checksum"] for k in r0)       # the cards agree
 
 # %% [markdown]
+# Card 0's timeline of the 50 KB-bucket run: each `all_reduce` is a *collective* bar on the host lane, several per
+# step, issued during the backward pass as each bucket fills; the host waits for the device before each one (a
+# collective needs its inputs' values):
+
+# %%
+from IPython.display import Image
+Image(filename=os.path.join(workdir, "timeline_ddp_50KB_card0.png"))
+
+# %% [markdown]
 # > *This option replaces the usage of `torch.nn.parallel.DistributedDataParallel` with much simpler and usually faster `optimum.habana.distributed.all_reduce_gradients`.*
 #
 # `fast_ddp` packs all gradients into one buffer and makes exactly one all-reduce per step, whatever the model:
@@ -204,6 +221,12 @@ assert all(r0[k]["checksum"] == r1[k]["checksum"] for k in r0)       # the cards
 print("fast_ddp all-reduces per step:", r0["fast_ddp"]["all_reduce_per_step"])
 assert r0["fast_ddp"]["all_reduce_per_step"] == [1, 1, 1]
 assert abs(r0["fast_ddp"]["checksum"] - r0["ddp_25MB"]["checksum"]) < 1e-3      # the same training
+
+# %% [markdown]
+# The same on card 0's timeline: one collective per step, after the backward pass:
+
+# %%
+Image(filename=os.path.join(workdir, "timeline_fast_ddp_card0.png"))
 
 # %% [markdown]
 # ## 4. Multi-card inference with HPU Graphs

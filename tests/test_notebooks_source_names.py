@@ -91,3 +91,31 @@ def test_in_a_jupyter_kernel():
     # the section's panel left its static picture in the same output (widgets/static.py)
     (out,) = nb.cells[2].outputs
     assert "image/png" in out["data"] and out["data"]["text/plain"] == "<section panel: in a kernel>"
+
+
+def test_call_sites_follow_the_code_not_the_count():
+    """Recompile reasons diff against the last recipe compiled at the same call site: a cell re-run
+    unchanged is the same site under a new count; two cells sharing a count (store_history=False,
+    as nbval runs them) are two sites."""
+    from IPython.testing.globalipapp import get_ipython
+    import hpu_lab.core as htcore
+    ip = get_ipython()
+    ip.user_ns.update(torch=torch, htcore=htcore)
+    step = "x = torch.ones({n}, 7, device='hpu')\nhtcore.mark_step(); y = (x.exp() * 3).sum(0)\nhtcore.mark_step()\n"
+
+    def compiles(code, store_history):
+        with ev.Collector() as c:
+            assert ip.run_cell(code, store_history=store_history).success
+        return [(e.reason, e.src) for e in c.events if isinstance(e, ev.Compile)]
+
+    ip.user_ns["n"] = 3
+    cell = step.replace("{n}", "n")
+    count = ip.execution_count
+    assert compiles(cell, True)[-1] == ("first compile", f"cell [{count}], line 3")
+    ip.user_ns["n"] = 5                   # the same cell again, other data: a recompile at that site
+    assert compiles(cell, True)[-1] == ("input 0 shape changed (3, 7) -> (5, 7)", f"cell [{count + 1}], line 3")
+    # two other cells, run without history: both named with one count, yet two call sites
+    a = step.format(n=11).replace("exp()", "sin()")
+    b = step.format(n=13).replace("exp()", "cos()")
+    (reason_a, src_a), (reason_b, src_b) = compiles(a, False)[-1], compiles(b, False)[-1]
+    assert src_a == src_b and reason_a == reason_b == "first compile"

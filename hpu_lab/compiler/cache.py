@@ -3,9 +3,14 @@ from __future__ import annotations
 
 import threading
 
+from .._source import call_site
+
 _lock = threading.Lock()
 _recipes: dict = {}        # GraphKey -> Recipe
-_by_site: dict = {}        # call site -> recipes compiled there, oldest first (at most _PER_SITE)
+# call site -> recipes compiled there, oldest first (at most _PER_SITE). Keyed by call_site(site):
+# the code behind the name ('cell [5], line 18' names a notebook line by an execution count that
+# changes when the cell is re-run, and is [1] for every cell nbval runs)
+_by_site: dict = {}
 _PER_SITE = 16
 
 
@@ -16,13 +21,13 @@ def lookup(key):
 def store(key, recipe, site) -> None:
     with _lock:
         _recipes[key] = recipe
-        lst = _by_site.setdefault(site, [])
+        lst = _by_site.setdefault(call_site(site), [])
         lst.append(recipe)
         del lst[:-_PER_SITE]
 
 
 def last_at(site):
-    lst = _by_site.get(site)
+    lst = _by_site.get(call_site(site))
     return lst[-1] if lst else None
 
 
@@ -31,7 +36,7 @@ def nearest(site, desc):
     closest node count, then the most recent). One line can cut several different graphs (a
     helper that calls mark_step twice an iteration): diffing against the last one compiled there
     would compare the forward graph with the optimizer's."""
-    lst = _by_site.get(site)
+    lst = _by_site.get(call_site(site))
     if not lst:
         return None
     ops = [n[0] for n in desc[1]]
