@@ -36,6 +36,9 @@ _module_apply.install()     # Module.to("hpu") keeps shared parameters shared (c
 from . import sdpa as _sdpa  # noqa: E402
 
 _sdpa.install()             # F.scaled_dot_product_attention: one node, CPU's kernel
+from . import formulas as _formulas  # noqa: E402
+
+_formulas.install()         # prod's backward: the formula CPU picks
 from . import distributed as _distributed  # noqa: E402,F401  # init_process_group("hccl") (REFERENCE 7)
 
 
