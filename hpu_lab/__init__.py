@@ -45,6 +45,9 @@ _sdpa.install()             # F.scaled_dot_product_attention: one node, CPU's ke
 from . import torch_profiler as _torch_profiler  # noqa: E402
 
 _torch_profiler.install()   # torch.profiler traces show the emulated HPU (torch_profiler.py)
+from . import formulas as _formulas  # noqa: E402
+
+_formulas.install()         # prod's backward: the formula CPU picks
 from . import distributed as _distributed  # noqa: E402,F401  # init_process_group("hccl") (REFERENCE 7)
 
 from . import _disk_hooks  # noqa: E402

@@ -976,16 +976,34 @@ def native_layer_norm(func, args, kwargs):
     e.g. float32 weights on bfloat16 input); the meta kernel says float32 for reduced precision.
     The device runs CPU's kernel, so the tensors must say what it returns."""
     out, mean, rstd = functional_op(func, args, kwargs)
-    x = args[0]
     w = args[2] if len(args) > 2 else kwargs.get("weight")
+    return (out, *_stats_dtype(args[0], w, mean, rstd))
+
+
+def batch_norm_with_update(func, args, kwargs):
+    """Writes the running stats *and* returns four new tensors (not the written args, which the
+    generic in-place path returns): computed by its functional twin, then the stats rebound."""
+    res = functional_op(aten._batch_norm_with_update_functional.default, args, kwargs)
+    for target, new in zip((args[3], args[4]), res[4:]):
+        if not isinstance(target, HPUTensor):
+            raise _same_device_error(target.device)
+        write(target, read_ref(new), ops.op_name(func))
+    torch._C._increment_version([args[3], args[4]])
+    out, mean, rstd, reserve = res[:4]
+    return (out, *_stats_dtype(args[0], args[1], mean, rstd), reserve)
+
+
+def _stats_dtype(x, w, *stats):
+    """Normalisation statistics in the dtype CPU's kernel gives them: the parameters' if they
+    differ from the input's (float32 weights on bfloat16 input), else the input's (meta says
+    float32 for reduced precision)."""
     want = w.dtype if isinstance(w, torch.Tensor) and w.dtype != x.dtype else x.dtype
-    if mean.dtype != want:
-        mean = functional_op(aten._to_copy.default, (mean,), {"dtype": want})
-        rstd = functional_op(aten._to_copy.default, (rstd,), {"dtype": want})
-    return out, mean, rstd
+    return [t if t.dtype == want else functional_op(aten._to_copy.default, (t,), {"dtype": want})
+            for t in stats]
 
 
 SPECIAL = {
+    aten._batch_norm_with_update.default: batch_norm_with_update,
     aten.native_layer_norm.default: native_layer_norm,
     aten.copy_.default: copy_,
     aten._to_copy.default: to_copy,

@@ -166,7 +166,20 @@ def run_meta(func, margs, mkwargs):
         _meta_tls.depth -= 1
 
 
+# ops whose meta decomposition rejects weight=None, which CPU's kernel accepts (torch's
+# _get_batch_norm_reserve_tensor passes it to _select_batch_norm_backend): output shapes do not
+# depend on the weight's values, so shape inference runs with a stand-in weight and bias
+_NEEDS_WEIGHT = {aten._batch_norm_with_update.default, aten._batch_norm_with_update_functional.default,
+                 aten._batch_norm_no_update.default}
+
+
 def _run_meta(func, margs, mkwargs):
+    if func in _NEEDS_WEIGHT and len(margs) > 2 and margs[1] is None and isinstance(margs[0], torch.Tensor):
+        margs = list(margs)
+        c = margs[0].shape[1] if margs[0].dim() > 1 else 1
+        margs[1] = torch.empty(c, dtype=margs[0].dtype, device=META)
+        if margs[2] is None:
+            margs[2] = torch.empty(c, dtype=margs[0].dtype, device=META)
     try:
         return func(*margs, **mkwargs)
     except (NotImplementedError, torch._subclasses.fake_tensor.DynamicOutputShapeException) as e:

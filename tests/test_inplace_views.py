@@ -123,3 +123,24 @@ def test_nonzero_and_argwhere_are_laid_out_as_on_cpu():
 def test_pow_inplace_with_a_scalar_exponent_and_its_gradient():
     same(lambda x: (x * 1).pow_(4), _r(5), grad=True)
     same(lambda x: torch.linalg.vector_norm(x, 4), _r(5), grad=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_batch_norm_with_update_writes_stats_and_returns_cpus_outputs(dtype):
+    x = _r(4, 3, 5).to(dtype)
+    cpu_stats = [torch.zeros(3, dtype=dtype), torch.ones(3, dtype=dtype)]
+    hpu_stats = [t.to("hpu") for t in cpu_stats]
+    a = torch.ops.aten._batch_norm_with_update(x, None, None, *cpu_stats, 0.1, 1e-5)
+    b = torch.ops.aten._batch_norm_with_update(x.to("hpu"), None, None, *hpu_stats, 0.1, 1e-5)
+    htcore.mark_step()
+    for u, v in zip(a, b):
+        assert v.dtype == u.dtype and torch.equal(v.cpu(), u)
+    for u, v in zip(cpu_stats, hpu_stats):
+        assert torch.equal(v.cpu(), u)
+
+
+def test_batch_norm_without_affine_trains_like_cpu():
+    torch.manual_seed(0)
+    m, hm = nn.BatchNorm1d(3, affine=False), nn.BatchNorm1d(3, affine=False).to("hpu")
+    same(lambda x: (m if x.device.type == "cpu" else hm)(x * 2), _r(4, 3, 5), grad=True)
+    assert torch.equal(hm.running_var.cpu(), m.running_var)

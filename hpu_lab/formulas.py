@@ -1,0 +1,75 @@
+"""Backward formulas CPU uses, for ops whose autograd picks another one for a tensor subclass.
+
+torch's ``prod`` backward takes the cumprod-based "safe zeros" formula for any tensor subclass
+(composite compliance), while on a CPU tensor without zeros it takes ``grad * result / input``: the
+two differ in the last bits, so hpu gradients differed from CPU's. Here the hpu device's autograd
+kernel for ``prod`` computes both and selects as CPU does, on the device (no host sync):
+``prod(dim)`` uses the quotient unless the input holds a zero anywhere; the full ``prod`` uses the
+quotient unless it holds a zero (one zero: the safe formula; more: it gives zeros, as CPU's).
+"""
+from __future__ import annotations
+
+import torch
+
+aten = torch.ops.aten
+_lib = None
+
+
+def _safe_zeros(grad, inp, dim):
+    """torch's prod_safe_zeros_backward: products of everything before and after each element."""
+    n = inp.size(dim)
+    if n == 1:
+        return grad * torch.ones_like(inp)
+    ones = torch.ones_like(inp.narrow(dim, 0, 1))
+    before = torch.cat([ones, inp.narrow(dim, 0, n - 1)], dim).cumprod(dim)
+    after = torch.cat([ones, inp.narrow(dim, 1, n - 1).flip(dim)], dim).cumprod(dim).flip(dim)
+    return grad * (before * after).conj()
+
+
+def _backward(grad, inp, result, dim, keepdim):
+    if inp.dim() == 0:
+        return grad
+    inp = inp.to(result.dtype)
+    if dim is None:                      # the full product, as CPU: over the flattened input
+        flat = inp.contiguous().view(-1)
+        safe = _safe_zeros(grad, flat, 0).view_as(inp)
+    else:
+        if not keepdim:
+            grad, result = grad.unsqueeze(dim), result.unsqueeze(dim)
+        safe = _safe_zeros(grad, inp, dim)
+    quotient = grad * (result / inp).conj()
+    return torch.where((inp == 0).any(), safe, quotient)
+
+
+class _Prod(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, dim, keepdim, dtype):
+        with torch._C._AutoDispatchBelowAutograd():
+            out = aten.prod.default(x, dtype=dtype) if dim is None else \
+                aten.prod.dim_int(x, dim, keepdim, dtype=dtype)
+        ctx.dim, ctx.keepdim, ctx.in_dtype = dim, keepdim, x.dtype
+        ctx.save_for_backward(x, out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, out = ctx.saved_tensors
+        dim = ctx.dim if ctx.dim is None else ctx.dim % max(x.dim(), 1)
+        g = _backward(grad, x, out, dim, ctx.keepdim)
+        return g.to(ctx.in_dtype), None, None, None
+
+
+def prod(x, *, dtype=None):
+    return _Prod.apply(x, None, False, dtype)
+
+
+def prod_dim(x, dim, keepdim=False, *, dtype=None):
+    return _Prod.apply(x, dim, keepdim, dtype)
+
+
+def install() -> None:
+    global _lib
+    if _lib is None:
+        _lib = torch.library.Library("aten", "IMPL")
+        _lib.impl("prod", prod, "AutogradPrivateUse1")
+        _lib.impl("prod.dim_int", prod_dim, "AutogradPrivateUse1")
