@@ -47,7 +47,16 @@ def widened(op):
         return fn
     written = [i for i, a in enumerate(op._schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
 
+    names = [a.name for a in op._schema.arguments]
+
     def run(*args, **kwargs):
+        low = next((t.dtype for t in pytree.tree_leaves((args, kwargs))
+                    if isinstance(t, torch.Tensor) and t.dtype in _LOW), None)
+        if low in (torch.bfloat16, torch.float16):
+            # a Python scalar operand takes the tensor's dtype first, as in torch's CPU kernels for
+            # bf16/fp16 (bf16(x + bf16(s)), not bf16(x + s)); ``alpha`` stays in the compute dtype
+            args = tuple(_round_scalar(a, low) if names[i:i + 1] != ["alpha"] else a for i, a in enumerate(args))
+            kwargs = {k: (_round_scalar(v, low) if k != "alpha" else v) for k, v in kwargs.items()}
         wide_args, wide_kw = pytree.tree_map_only(
             torch.Tensor, lambda t: t.float() if t.dtype in _LOW else t.long() if t.dtype == torch.int32 else t,
             (args, kwargs))
@@ -77,6 +86,12 @@ def widened(op):
     run.op = op                           # what passes and descriptions see through
     _WIDENED[op] = run
     return run
+
+
+def _round_scalar(v, dtype):
+    if isinstance(v, float):
+        return float(torch.tensor(v, dtype=dtype))
+    return v
 
 
 def _failing_node(gm, args):

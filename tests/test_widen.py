@@ -74,3 +74,13 @@ def test_take_with_int32_indices(dtype):
     with pytest.raises(Exception, match="out of range: tried to access index 12"):   # reported at the sync
         _on_hpu(torch.take, x, torch.tensor([12], dtype=torch.int32))
     assert torch.equal(_on_hpu(torch.take, x, idx), got)                             # and usable after
+
+
+def test_a_scalar_operand_takes_the_half_dtype_first_as_on_cpu():
+    # torch's bf16 kernels compute bf16(x + bf16(s)); the widened add_relu does the same
+    x = torch.tensor([0.76953125], dtype=torch.bfloat16)
+    s = 3.116455078125                        # not a bf16 value: bf16(s) = 3.109375
+    want = torch.relu(x + s)                 # CPU bf16 add (it has that kernel): 3.875
+    assert want.item() == 3.875
+    got = _on_hpu(lambda t: torch.ops.aten._add_relu.Scalar(t, s), x)
+    assert torch.equal(got, want)
