@@ -74,14 +74,40 @@ def faithful(traced, gm) -> bool:
     """Does the trace record the fx code's computation? It must hold no tensor constant (a value
     the tracer saw computed without recording the op) and no fewer ops than the fx code calls."""
     n_ops = 0
+    literals = None
     for node in traced.inlined_graph.nodes():
         kind = node.kind()
         if kind == "prim::Constant":
-            if any(isinstance(o.type(), torch._C.TensorType) for o in node.outputs()):
-                return False
+            for o in node.outputs():
+                if isinstance(o.type(), torch._C.TensorType):
+                    # a Python number argument (mul(x, 2)) is traced as a 0-dim tensor constant
+                    literals = _literals(gm) if literals is None else literals
+                    v = o.toIValue()
+                    if isinstance(v, torch.Tensor):
+                        v = v.item() if v.dim() == 0 else None
+                    if v is None or v not in literals:
+                        return False
         elif kind.startswith("aten::"):
             n_ops += 1
     return n_ops >= _aten_ops(gm)
+
+
+def _literals(gm) -> set:
+    """The numbers written in the fx code's op arguments."""
+    out = set()
+
+    def walk(a):
+        if isinstance(a, (list, tuple)):
+            for x in a:
+                walk(x)
+        elif isinstance(a, (int, float, bool)):
+            out.add(a)
+
+    for node in gm.graph.nodes:
+        if node.op == "call_function":
+            walk(node.args)
+            walk(tuple(node.kwargs.values()))
+    return out
 
 
 def input_layouts(gm):
