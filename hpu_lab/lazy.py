@@ -988,7 +988,6 @@ def batch_norm_with_update(func, args, kwargs):
         if not isinstance(target, HPUTensor):
             raise _same_device_error(target.device)
         write(target, read_ref(new), ops.op_name(func))
-    torch._C._increment_version([args[3], args[4]])
     out, mean, rstd, reserve = res[:4]
     return (out, *_stats_dtype(args[0], args[1], mean, rstd), reserve)
 

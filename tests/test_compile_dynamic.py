@@ -85,3 +85,22 @@ def test_a_trace_holding_a_constant_is_not_used():
     baked = f(x, w)                            # the mm ran, but the trace did not record it
     bad = torch.jit.trace(lambda x, w: torch.ops.aten.relu.default(baked) + 0 * x.sum(), (x, w))
     assert not lowering.faithful(bad, gm)
+
+
+def test_a_traced_recipe_runs_the_fx_code_for_inputs_laid_out_otherwise():
+    """The trace baked the layout branch of its example inputs (graph._layout_ok): a buffer laid
+    out differently (a launch output that came out in another layout) must get the fx code."""
+    import hpu_lab.core as htcore
+    from hpu_lab.compiler import cache
+    config.set(PT_HPU_LAZY_MODE="1")
+    try:
+        x = torch.randn(4, 6)
+        y = x.to("hpu").t()[1:3] * 2          # reads a view of the input's storage
+        htcore.mark_step()
+        assert torch.equal(y.cpu(), x.t()[1:3] * 2)
+        (r,) = [r for r in cache.recipes() if r.backend == "torchscript"][-1:]
+        other = torch.empty_strided((4, 6), (1, 4)).copy_(x)       # same values, column-major
+        (got,) = r.run([other])
+        assert torch.equal(got, x.t()[1:3] * 2)
+    finally:
+        config.reload()

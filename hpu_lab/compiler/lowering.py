@@ -79,20 +79,42 @@ def _aten_ops(gm) -> int:
 
 def faithful(traced, gm) -> bool:
     """Does the trace record the fx code's computation? It must hold no tensor constant (a value
-    the tracer saw computed without recording the op) and no fewer ops than the fx code calls.
-    A 0-dim constant is how the tracer records a Python scalar argument (``mul(x, 2.0)``); a
-    0-dim result computed past the tracer would also show as a missing op, which is counted."""
+    the tracer saw computed without recording the op) and no fewer ops than the fx code calls."""
     n_ops = 0
+    literals = None
     for node in traced.inlined_graph.nodes():
         kind = node.kind()
         if kind == "prim::Constant":
             for o in node.outputs():
-                t = o.type()
-                if isinstance(t, torch._C.TensorType) and t.dim() != 0:
-                    return False
+                if isinstance(o.type(), torch._C.TensorType):
+                    # a Python number argument (mul(x, 2)) is traced as a 0-dim tensor constant
+                    literals = _literals(gm) if literals is None else literals
+                    v = o.toIValue()
+                    if isinstance(v, torch.Tensor):
+                        v = v.item() if v.dim() == 0 else None
+                    if v is None or v not in literals:
+                        return False
         elif kind.startswith("aten::"):
             n_ops += 1
     return n_ops >= _aten_ops(gm)
+
+
+def _literals(gm) -> set:
+    """The numbers written in the fx code's op arguments."""
+    out = set()
+
+    def walk(a):
+        if isinstance(a, (list, tuple)):
+            for x in a:
+                walk(x)
+        elif isinstance(a, (int, float, bool)):
+            out.add(a)
+
+    for node in gm.graph.nodes:
+        if node.op == "call_function":
+            walk(node.args)
+            walk(tuple(node.kwargs.values()))
+    return out
 
 
 def input_layouts(gm):

@@ -69,7 +69,7 @@ class Recipe:
         if self.backend == "torchscript" and not self._traced_layouts(args):
             # the trace baked the layout branches of its example inputs: for any other layout
             # (a launch output that came out laid out differently) only the fx code is right
-            fn = self.gm.forward
+            fn = self._fx_forward()
         try:
             return fn(*args)
         except (NotImplementedError, RuntimeError) as e:
@@ -78,15 +78,24 @@ class Recipe:
                 raise
             return widen.rerun(self, args, e)
 
+    def _fx_forward(self):
+        """The fx code (a recipe from the disk cache holds its graph, and the trace as forward)."""
+        if isinstance(self.gm, torch.fx.GraphModule):
+            return self.gm.forward
+        fx_gm = self.__dict__.get("_fx_gm")
+        if fx_gm is None:
+            fx_gm = self._fx_gm = torch.fx.GraphModule(torch.nn.Module(), self.gm.graph)
+        return fx_gm.forward
+
     def _traced_layouts(self, args) -> bool:
         want = self._layouts
         if want is None:
-            want = self._layouts = [_layout(n.meta["hpu_meta"][0], n.meta["hpu_meta"][1])
-                                    for n in self.gm.graph.nodes if n.op == "placeholder"]
+            metas = [n.meta.get("hpu_meta") for n in self.gm.graph.nodes if n.op == "placeholder"]
+            want = self._layouts = [_layout(m[0], m[1]) if m else None for m in metas]
         if len(want) != len(args):
             return False
         for a, w in zip(args, want):
-            if not isinstance(a, torch.Tensor) or _layout(a.shape, a.stride()) != w:
+            if w is None or not isinstance(a, torch.Tensor) or _layout(a.shape, a.stride()) != w:
                 return False
         return True
 
