@@ -67,3 +67,7 @@ def install() -> None:
     _orig_apply = torch.nn.Module._apply
     _apply.__wrapped__ = _orig_apply
     torch.nn.Module._apply = _apply
+
+
+def installed() -> bool:
+    return _orig_apply is not None
