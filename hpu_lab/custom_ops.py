@@ -374,3 +374,60 @@ def _optimizer_ema(model_inputs, updated_ema, decay):
 
 _define("optimizer_ema(Tensor[] model_inputs, Tensor(a!)[] updated_ema, Tensor decay) -> ()",
         _optimizer_ema, lambda *a: None)
+
+
+# ---------------------------------------------------------------- int4 weights (GPTQ/AWQ dequantization)
+#   convert_from_(u)int4(input, scale, zero_point, out_dtype): each int32 of ``input`` packs 8 4-bit
+#   values, the first in the lowest bits; out[..., 8*i + j] = (v - zero_point) * scale in out_dtype.
+#   zero_point: None (0), packed like the input (int32; the subtraction is exact in 8 bits), or a
+#   tensor of the unpacked shape in out_dtype (subtracted in out_dtype, as the kernel does)
+
+def _unpack4(packed, signed):
+    shifts = torch.arange(0, 32, 4, dtype=torch.int32)
+    v = (packed.to(torch.int32).unsqueeze(-1) >> shifts) & 0xF                  # [..., n, 8]
+    if signed:
+        v = torch.where(v > 7, v - 16, v)
+    return v.flatten(-2)
+
+
+def _from_4bit(signed):
+    def kernel(x, scale, zero_point, out_dtype):
+        if x.dtype != torch.int32:
+            raise RuntimeError(f"convert_from_{'' if signed else 'u'}int4: input must be int32 (8 packed values), "
+                               f"got {x.dtype}")
+        v = _unpack4(x, signed)
+
+        def per_row(t):
+            # group-wise parameters (GPTQ: one row per group of ``group_size`` input rows)
+            if t.dim() >= 2 and v.dim() >= 2 and t.shape[-2] != v.shape[-2] and t.shape[-2] \
+                    and v.shape[-2] % t.shape[-2] == 0:
+                return t.repeat_interleave(v.shape[-2] // t.shape[-2], dim=-2)
+            return t
+        if zero_point is None:
+            sub = v.to(out_dtype)
+        elif zero_point.dtype == torch.int32:
+            sub = (v - per_row(_unpack4(zero_point, signed))).to(out_dtype)
+        else:
+            sub = v.to(out_dtype) - per_row(zero_point.to(out_dtype))
+        return sub * per_row(scale.to(out_dtype))
+    return kernel
+
+
+def _from_4bit_meta(x, scale, zero_point, out_dtype):
+    return x.new_empty(x.shape[:-1] + (x.shape[-1] * 8,), dtype=out_dtype)
+
+
+for _signed, _name in ((True, "convert_from_int4"), (False, "convert_from_uint4")):
+    _define(f"{_name}(Tensor input, Tensor scale, Tensor? zero_point, ScalarType out_dtype) -> Tensor",
+            _from_4bit(_signed), _from_4bit_meta)
+
+
+def _plain_index(x, indices):
+    return torch.ops.aten.index.Tensor(x, indices)
+
+
+def _plain_index_meta(x, indices):
+    return torch.ops.aten.index.Tensor(x, indices)
+
+
+_define("plain_index(Tensor self, Tensor[] indices) -> Tensor", _plain_index, _plain_index_meta)

@@ -117,3 +117,31 @@ def test_a_custom_op_is_one_node_of_the_lazy_graph(collect):
     y.cpu()
     compiles = collect.of(events.Compile)
     assert compiles and any("scaled_triangular_softmax" in str(c) for c in compiles)
+
+
+def _pack(vals):
+    """8 4-bit values per int32, the first in the lowest bits."""
+    v = (vals & 0xF).to(torch.int64).view(*vals.shape[:-1], -1, 8)
+    packed = (v << torch.arange(0, 32, 4)).sum(-1)
+    return torch.where(packed >= 2 ** 31, packed - 2 ** 32, packed).to(torch.int32)
+
+
+@pytest.mark.parametrize("signed", [True, False])
+def test_convert_from_int4_dequantizes_groupwise(signed):
+    torch.manual_seed(0)
+    q = torch.randint(-8, 8, (4, 16)) if signed else torch.randint(0, 16, (4, 16))
+    scale = torch.randn(2, 16)                          # one row per group of 2 input rows
+    zp = torch.randint(0, 4, (2, 16))
+    op = torch.ops.hpu.convert_from_int4 if signed else torch.ops.hpu.convert_from_uint4
+    out = op(_pack(q).to("hpu"), scale.to("hpu"), _pack(zp).to("hpu"), torch.float32).cpu()
+    expect = (q - zp.repeat_interleave(2, 0)).float() * scale.repeat_interleave(2, 0)
+    assert torch.equal(out, expect)
+    plain = op(_pack(q).to("hpu"), torch.ones(4, 16).to("hpu"), None, torch.bfloat16).cpu()
+    assert plain.dtype == torch.bfloat16 and torch.equal(plain, q.bfloat16())
+
+
+def test_plain_index_is_advanced_indexing():
+    x = torch.randn(4, 5)
+    idx = [torch.tensor([3, 0]), torch.tensor([1, 4])]
+    out = torch.ops.hpu.plain_index(x.to("hpu"), [i.to("hpu") for i in idx])
+    assert torch.equal(out.cpu(), x[idx[0], idx[1]])
