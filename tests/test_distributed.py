@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -39,11 +40,10 @@ def _env(extra=None):
 
 def _results(out: str, world: int = 2):
     res = {}
-    for line in out.splitlines():
-        if line.startswith("RESULT "):
-            _, rank, payload = line.split(" ", 2)
-            # torchrun's ranks share one stdout: another rank's output may follow on the same line
-            res[int(rank)], _ = json.JSONDecoder().raw_decode(payload)
+    # torchrun's ranks share one stdout: one rank's RESULT may follow another's on the same line,
+    # so each payload is decoded where its marker starts, wherever that is
+    for m in re.finditer(r"RESULT (\d+) ", out):
+        res[int(m.group(1))], _ = json.JSONDecoder().raw_decode(out, m.end())
     assert sorted(res) == list(range(world)), out[-4000:]
     return res
 
