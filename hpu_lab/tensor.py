@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from .runtime import memory
+from .runtime.memory import _HOST_CHECK_MIN
 
 HPU = torch.device("hpu", 0)
 
@@ -157,7 +158,10 @@ _set_reason = None     # set by hpu_lab.lazy
 def new_storage_tensor(size, stride, dtype, value) -> HPUTensor:
     """A fresh storage holding ``value`` (Inp or Out) with this layout, and its base tensor."""
     n = storage_extent(size, stride)
-    st = Storage(size, stride, dtype, value, n * _itemsize(dtype))
+    nbytes = n * _itemsize(dtype)
+    if nbytes >= _HOST_CHECK_MIN:           # lazy outputs too: refused at the op that makes them
+        memory.check_host(nbytes, f"a {str(dtype).replace('torch.', '')} tensor of shape {tuple(size)}")
+    st = Storage(size, stride, dtype, value, nbytes)
     return HPUTensor(st, size, stride, 0, dtype)
 
 

@@ -117,3 +117,26 @@ def test_eager_oom_fails_the_op_and_the_runtime_goes_on():
     assert len(lazy.S.pg) == 0
     del y
     assert (x + x).cpu()[0].item() == 2.0
+
+
+def test_more_than_the_host_can_hold_is_a_clear_error_not_a_killed_process(monkeypatch):
+    """Buffers live in the host's RAM: tensors the emulated Limit allows but the host cannot hold
+    (Intel's test_huge_tensor: 8 GiB tensors) are refused with an error at the op that makes them,
+    where the kernel's OOM killer would otherwise end the process without a word."""
+    from hpu_lab.runtime import memory
+    gc.collect()
+    ram = int((torch.hpu.memory_allocated() + 200 * MiB) / memory._HOST_SHARE) + 1
+    monkeypatch.setattr(memory, "host_ram", lambda: ram)                 # room for 200 MiB more
+    a = torch.ones(128 * MiB, dtype=torch.uint8, device="hpu")           # fits
+    with pytest.raises(HPUOutOfMemoryError, match="Host out of memory.*more than the host can back"):
+        torch.ones(128 * MiB, dtype=torch.uint8, device="hpu")            # the second does not
+    with pytest.raises(HPUOutOfMemoryError, match="Host out of memory"):
+        torch.empty(128 * MiB, dtype=torch.uint8, device="hpu")
+    assert a.sum().item() == 128 * MiB                                    # the runtime goes on
+    del a
+    gc.collect()
+    b = torch.ones(128 * MiB, dtype=torch.uint8, device="hpu")           # room again once freed
+    assert b[:4].cpu().tolist() == [1, 1, 1, 1]
+    del b
+    monkeypatch.setattr(memory, "host_ram", lambda: None)                # unreadable: no check
+    assert torch.empty(300 * MiB, dtype=torch.uint8, device="hpu").numel() == 300 * MiB

@@ -50,10 +50,48 @@ def in_use() -> int:
     return _s["InUse"]
 
 
+# The emulated device keeps its buffers in this machine's RAM. Buffers the Limit allows (96 GB on a
+# Gaudi 2) may add up to more than the host can hold, and the kernel's OOM killer would end the
+# process without a word (Intel's test_huge_tensor: 8 GiB tensors). So large requests are also
+# checked against the host: device memory in use may not pass a share of the host's RAM.
+_HOST_CHECK_MIN = 64 << 20         # smaller requests cannot matter; skip reading /proc for them
+_HOST_SHARE = 0.85                 # of MemTotal: leave the host, Python and torch the rest
+
+
+def host_ram():
+    """The host's RAM in bytes (Linux MemTotal), or None where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def check_host(nbytes: int, what: str) -> None:
+    """Refuse a buffer that would take device memory in use past what the host can back."""
+    if nbytes < _HOST_CHECK_MIN:
+        return
+    ram = host_ram()
+    if ram is None:
+        return
+    cap = int(_HOST_SHARE * ram)
+    if _s["InUse"] + nbytes > cap:
+        raise HPUOutOfMemoryError(
+            f"Host out of memory: hpu_lab keeps the emulated device's memory in this machine's RAM, "
+            f"and allocating {_fmt(nbytes)} for {what} on top of InUse {_fmt(_s['InUse'])} is more "
+            f"than the host can back ({_fmt(cap)}, {int(_HOST_SHARE * 100)}% of its "
+            f"{_fmt(ram)}). It fits the emulated device (Limit {_fmt(limit())}), not this machine: "
+            f"use smaller tensors here.")
+
+
 def check_fits(nbytes: int, what: str) -> None:
     """Refuse (OOM) a new device buffer that does not fit under Limit; nothing is allocated then.
     Host->device copies and ``torch.empty(..., device="hpu")`` allocate through here: a copy that
     does not fit fails at its own line, not in a later, unrelated graph."""
+    check_host(nbytes, what)
     lim = limit()
     with _lock:
         if _s["InUse"] + nbytes > lim:
@@ -68,6 +106,7 @@ def reserve_transient(peak_bytes: int, what: str, held: int = 0) -> None:
 
     ``held``: bytes of input buffers only the graph still holds (their tensors were freed while it
     was pending), needed on the device until it runs."""
+    check_host(peak_bytes, what)
     lim = limit()
     with _lock:
         need = _s["InUse"] + peak_bytes + held
