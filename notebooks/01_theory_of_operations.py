@@ -272,11 +272,12 @@ assert len(comp10.of(ev.Launch)) == 10 and comp10.of(ev.Compile) == []
 # claim T6
 import hpu_lab.perfmodel as pm
 r_lazy, r_comp = pm.retime(lazy10.events, "gaudi"), pm.retime(comp10.events, "gaudi")
-lazy_ms, compiled_ms = r_lazy.host_ns / 10 / 1e6, r_comp.host_ns / 10 / 1e6
+work = lambda r: r.host_ns - r.blocked_ns            # the host's CPU work: these loops wait for nothing else
+lazy_ms, compiled_ms = work(r_lazy) / 10 / 1e6, work(r_comp) / 10 / 1e6
 print(f"host time per iteration: lazy {lazy_ms:.2f} ms, torch.compile {compiled_ms:.2f} ms "
       f"({lazy_ms / compiled_ms:.1f}x); device busy per iteration: {r_lazy.device_busy_ns / 10 / 1e6:.3f} ms "
       f"and {r_comp.device_busy_ns / 10 / 1e6:.3f} ms")
-assert r_lazy.host_ns > r_comp.host_ns
+assert work(r_lazy) > work(r_comp)
 
 # %% [markdown]
 # ## 5. The bridge: lowering
