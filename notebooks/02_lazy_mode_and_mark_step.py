@@ -229,46 +229,35 @@ for d, t in small_batches[:3]:          # warm up: compile before measuring
 torch.hpu.synchronize()
 
 # %% [markdown]
-# How much CPU time does each side spend per step? The host's threads (Python tracing, autograd) and the device's thread (running the recipes) each keep a count of the time they spent running:
-
-# %%
-import threading
-from hpu_lab.bench_graphs import host_cpu_ns      # CPU time of the host's threads (main + autograd)
-
-def device_cpu_ns():                              # CPU time of the device's thread
-    device = next(t for t in threading.enumerate() if t.name == "hpu_lab-hpu:0")
-    with open(f"/proc/self/task/{device.native_id}/schedstat") as f:   # Linux: time spent on a CPU
-        return int(f.read().split()[0])
-
-
-# %% [markdown]
 # Eight steps. Look at the Timeline: the device lane is mostly idle, waiting for the host to trace the next graph.
 
 # %%
 # %%hpu_section "Many small ops: 8 steps" --as host_bound --no-live
-h0, d0 = host_cpu_ns(), device_cpu_ns()
 for d, t in small_batches:
     loss = deep_step(d, t)
 torch.hpu.synchronize()
-host_ms, device_ms = (host_cpu_ns() - h0) / 8e6, (device_cpu_ns() - d0) / 8e6
 
 # %% [markdown]
-# The host needs several times the device's time for each step, so the device must wait: the model is host-bound. (The times vary by machine; the check leaves a wide margin.)
+# How much time does each side spend per step? On the Gaudi clock (`hpu_lab.perfmodel.retime`, `docs/gaudi_clock.md`) the device's time is the modeled cost of the recipes the emulator launched, and the host's is the CPU time it spent tracing them. On every card the host needs over twice the device's time for each step, so the device must wait: the model is host-bound.
 
 # %%
 # claim G1
-print(f"ops traced per step: {len(host_bound.of(ev.OpAccumulated)) // 8}; "
-      f"host time per step {'over twice' if host_ms > 2 * device_ms else 'under twice'} the device's")
-assert host_ms > 2 * device_ms
+import hpu_lab.perfmodel as pm
+print(f"ops traced per step: {len(host_bound.of(ev.OpAccumulated)) // 8}")
+for name in pm.DEVICES:
+    r = pm.retime(host_bound.events, name)
+    print(f"{r.card.device_name:7s} {r.verdict}; host time per step {'over twice' if r.host_ns > 2 * r.device_busy_ns else 'under twice'} the device's")
+    assert r.verdict == "host-bound" and r.host_ns > 2 * r.device_busy_ns
 
 # %% [markdown]
-# The numbers on this machine, and the share of the window the device lane was busy in the Timeline:
+# The numbers (the host's are this machine's CPU time, so they vary by machine; the device's do not):
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-window = max(e.t_end for e in host_bound.events) - min(e.t_start for e in host_bound.events)
-busy = sum(e.duration_ns for e in host_bound.of(ev.DeviceExecution)) / window
-print(f"CPU time per step: host {host_ms:.1f} ms, device {device_ms:.1f} ms; device lane busy {100 * busy:.0f}%")
+for name in pm.DEVICES:
+    r = pm.retime(host_bound.events, name)
+    print(f"{r.card.device_name:7s} per step: host {r.host_ns / 8e6:.2f} ms, device {r.device_busy_ns / 8e6:.3f} ms; "
+          f"device busy {1 - r.device_idle_fraction:.0%} of the window")
 
 # %% [markdown]
 # HPU Graphs (notebook 03) remove exactly this host work. Whether seed 000's two-layer MLP is host-bound depends on the machine: run it in the exercises.

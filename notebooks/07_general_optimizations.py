@@ -28,7 +28,7 @@ from hpu_lab.metrics import metric_global
 from collections import Counter
 import time, os, sys, json, subprocess, tempfile
 from hpu_lab.data import MNISTLike
-from hpu_lab.bench_graphs import host_cpu_ns
+import hpu_lab.perfmodel as pm        # the Gaudi clock (docs/gaudi_clock.md)
 import widgets                        # the panel and other views (reads the events)
 # %load_ext widgets
 torch.manual_seed(0)                  # every run of the notebook draws the same numbers
@@ -118,15 +118,15 @@ def epoch(batch_size):
     torch.hpu.synchronize()
     torch.hpu.reset_peak_memory_stats()
     base = torch.hpu.memory_allocated()
-    t0 = time.perf_counter()
-    for data, target in batches:
-        optimizer.zero_grad(set_to_none=True)
-        F.nll_loss(model(data), target).backward()
-        htcore.mark_step()
-        optimizer.step()
-        htcore.mark_step()
-    torch.hpu.synchronize()
-    return len(train_set) / (time.perf_counter() - t0), torch.hpu.max_memory_allocated() - base
+    with ev.Collector() as c:                   # the epoch's events, for the Gaudi clock
+        for data, target in batches:
+            optimizer.zero_grad(set_to_none=True)
+            F.nll_loss(model(data), target).backward()
+            htcore.mark_step()
+            optimizer.step()
+            htcore.mark_step()
+        torch.hpu.synchronize()
+    return pm.retime(c.events, "gaudi"), torch.hpu.max_memory_allocated() - base
 
 for b in (100, 400, 800):
     epoch(b)                                   # compile each shape first
@@ -142,13 +142,17 @@ print("peak device memory above the inputs:", {b: f"{results[b][1] / 2**20:.2f} 
 assert peaks[0] < peaks[1] < peaks[2]
 
 # %% [markdown]
-# and so does throughput, as the per-step host cost is spread over more samples (times vary by machine):
+# and so does throughput, as the per-step host cost is spread over more samples. Throughput on the Gaudi clock (first-generation Gaudi: the epoch's recorded events re-timed, see `docs/gaudi_clock.md`; its host part is this machine's CPU time for the tracing, so the figures vary by machine):
 
 # %%
 # NBVAL_IGNORE_OUTPUT
 # claim M4
-print({b: f"{results[b][0]:.0f} samples/s" for b in results})
-assert results[800][0] > results[100][0]
+samples_per_s = {b: len(train_set) / (results[b][0].wall_ns / 1e9) for b in results}
+for b, (r, _) in results.items():
+    print(f"batch {b:3d}: {samples_per_s[b]:9.0f} samples/s on {r.card.device_name}, {r.verdict}, "
+          f"device busy {r.device_busy_ns / 1e6:.2f} ms of {r.wall_ns / 1e6:.1f} ms")
+assert samples_per_s[100] < samples_per_s[400] < samples_per_s[800]
+assert results[800][0].launches < results[100][0].launches     # 8x fewer steps, each costs the same host work
 
 # %% [markdown]
 # ## 4. PyTorch mixed precision
@@ -183,10 +187,10 @@ def update(make_optimizer, steps=6):
         F.cross_entropy(model(data), target).backward()
         htcore.mark_step()
         with ev.Collector(kinds=[ev.Launch]) as c:
-            h0 = host_cpu_ns()
+            h0 = ev.recorder.host_clock()[0]       # the Gaudi clock's host lane (CPU time, observers left out)
             opt.step()
             htcore.mark_step()
-            host.append((host_cpu_ns() - h0) / 1e6)
+            host.append((ev.recorder.host_clock()[0] - h0) / 1e6)
         nodes.append(sum(1 for l in c.events for n in l.graph.nodes    # ops (not inputs, outputs, views)
                          if n.op not in ("input", "output", "view")))
     return nodes[-1], sorted(host[2:])[len(host[2:]) // 2]
@@ -201,7 +205,7 @@ print(f"{len(list(deep().parameters()))} parameter tensors; nodes in the update 
 assert fused_nodes <= 3 and torch_nodes > 20 * fused_nodes
 
 # %% [markdown]
-# Fewer ops traced is less host time per update (CPU time of the host threads; varies by machine):
+# Fewer ops traced is less host time per update (the Gaudi clock's host lane: this machine's CPU time for the tracing, which stands for the bridge's host work; the figure varies by machine, the ratio much less):
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -218,8 +222,9 @@ assert fused_ms < torch_ms
 from hpu_lab.hpex.kernels import FusedSDPA
 
 def attention(kind, q, k, v):
-    if kind == "unfused":
-        return F.scaled_dot_product_attention(q, k, v)
+    if kind == "unfused":                 # written out: F.scaled_dot_product_attention itself picks a fused
+        scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5      # (flash) kernel, as on the CPU
+        return torch.softmax(scores, dim=-1) @ v
     return FusedSDPA.apply(q, k, v, None, 0.0, False, None, "None", kind == "recompute")
 
 def run(kind, shape=(2, 4, 256, 32)):
@@ -380,12 +385,16 @@ print("host syncs to read the loss:", reads)
 assert list(reads.values()) == [8, 1]
 
 
+# %% [markdown]
+# How long did those syncs hold the host, on the Gaudi clock? This model is so small that the device has finished each step before the host asks, so the waits are near zero here: what a print costs is the sync itself — the host cannot queue work past it — and the wait grows with the device's time per step.
+
 # %%
 # NBVAL_IGNORE_OUTPUT
 # claim M9
-def waited_ms(s):
-    return sum(e.duration_ns for e in s.of(ev.HostSync)) / 1e6
-print(f"host time spent waiting: every step {waited_ms(chatty):.1f} ms, at the end {waited_ms(quiet):.1f} ms")
+def waited_ms(s):                           # on the Gaudi clock: until the modeled end of what each sync waits for
+    return pm.retime(s.events, "gaudi").sync_wait_ns / 1e6
+print(f"host time spent waiting for the device on {pm.card('gaudi').device_name}: "
+      f"every step {waited_ms(chatty):.2f} ms, at the end {waited_ms(quiet):.2f} ms")
 
 # %% [markdown]
 # ## 11. Pinning memory for the data loader
@@ -393,12 +402,36 @@ print(f"host time spent waiting: every step {waited_ms(chatty):.1f} ms, at the e
 # > *Pinning the memory while instantiating the dataloader avoids a redundant copy in host during the training iteration.*
 
 # %% [markdown]
-# **Pending experiment (claim M10).**
-# *It will show:* the training loop fed by `DataLoader(..., pin_memory=True)` and by the default loader: with pinned
-# batches the timeline and the copy events show one host-to-device copy per batch instead of a host-side copy into a
-# staging buffer followed by the transfer.
-# *It waits for:* pinned host memory in hpu_lab (a host allocator registered for the `hpu` device, so that
-# `DataLoader(pin_memory=True)` works on a CPU-only PyTorch).
+# The same 512 samples through `DataLoader(pin_memory=False)` (the default) and `pin_memory=True`. Each `HostToDevice` event says how many bytes went to the device and how many the host first copied into a pinned staging buffer (`staging_bytes`): with pageable batches every byte is copied twice, with pinned batches once:
+
+# %%
+# claim M10
+def copy_path(pin):
+    dl = torch.utils.data.DataLoader(torch.utils.data.Subset(MNISTLike(), range(512)), batch_size=128, pin_memory=pin)
+    with ev.Collector(kinds=(ev.HostToDevice,)) as c:
+        for data, target in dl:
+            assert data.is_pinned() == pin
+            data.to("hpu"), target.to("hpu")
+    return c.events
+
+pageable, pinned = copy_path(False), copy_path(True)
+moved = lambda evs: sum(e.nbytes for e in evs)
+staged = lambda evs: sum(e.staging_bytes for e in evs)
+print(f"pin_memory=False: {moved(pageable)/1e6:.2f} MB to the device, {staged(pageable)/1e6:.2f} MB copied on the host first")
+print(f"pin_memory=True:  {moved(pinned)/1e6:.2f} MB to the device, {staged(pinned)/1e6:.2f} MB copied on the host first")
+assert moved(pageable) == moved(pinned) > 0
+assert staged(pageable) == moved(pageable) and staged(pinned) == 0
+
+# %% [markdown]
+# On the Gaudi clock the staging copy is host time (`hpu_lab.perfmodel.copy_ns`, `docs/gaudi_clock.md`): the same batches cost the host less when pinned, on every card:
+
+# %%
+# claim M10
+for name in pm.DEVICES:
+    t = {pin: sum(pm.copy_ns(e.nbytes, pm.card(name), pinned=pin) for e in pageable) for pin in (False, True)}
+    print(f"{pm.card(name).device_name:7s} modeled copy time of the epoch: pageable {t[False] / 1e3:.0f} µs, pinned {t[True] / 1e3:.0f} µs")
+    assert t[True] < t[False]
+assert all(not e.pinned for e in pageable) and all(e.pinned for e in pinned)
 
 # %% [markdown]
 # ## 12. Avoiding constant variables in loops
@@ -457,37 +490,54 @@ assert sum("loop variable?" in e.reason for e in loop_compiles(loopvar)) == num_
 # > *Weights can be shared using PyTorch with Gaudi only if they are created inside the module.*
 
 # %% [markdown]
-# **Pending experiment (claim M12).**
-# *It will show:* the seed's example, with one SGD step on `hpu` and on the CPU: after `module.to("hpu")`, `module.a`
-# and `module.b` are still one parameter, updated once with both gradients, to the same value as on the CPU.
-#
-# ```python
-# # Example module
-# class WeightShareModule(torch.nn.Module):
-#     def __init__(self):
-#         super(WeightShareModule, self).__init__()
-#         self.a = torch.nn.Parameter(torch.ones([2]))
-#         self.b = torch.nn.Parameter(torch.ones([2]))
-#
-#     def forward(self, input):
-#         c = self.a * input + self.b * input
-#         return c
-#
-# module = WeightShareModule()
-# # module.a and module.b are shared
-# module.a = module.b
-# # Move the module to HPU device
-# module.to(device)
-# ```
-#
-# *It waits for:* `Module.to("hpu")` keeping shared parameters shared. Today it re-creates each parameter slot (an hpu
-# tensor is not a shallow-copy match for a CPU one), so `module.a` and `module.b` come apart after the move.
+# The seed's example: `module.a = module.b` ties the two slots to one parameter, created inside the module, then the module moves to `hpu`:
+
+# %%
+class WeightShareModule(torch.nn.Module):   # the seed's example, verbatim
+    def __init__(self):
+        super(WeightShareModule, self).__init__()
+        self.a = torch.nn.Parameter(torch.ones([2]))
+        self.b = torch.nn.Parameter(torch.ones([2]))
+
+    def forward(self, input):
+        c = self.a * input + self.b * input
+        return c
+
+def shared_module(dev):
+    module = WeightShareModule()
+    module.a = module.b                     # module.a and module.b are shared
+    return module.to(dev)
+
+# %% [markdown]
+# After the move the two slots are still one parameter, so the optimizer updates it once with both gradients. A few SGD steps on `hpu` give exactly the CPU's values:
+
+# %%
+# claim M12
+def train_shared(dev, steps=3):
+    module = shared_module(dev)
+    opt = torch.optim.SGD(module.parameters(), lr=0.01)
+    for i in range(steps):
+        x = torch.tensor([1.0, 2.0 + i]).to(dev)
+        opt.zero_grad()
+        (module(x) ** 2).sum().backward()
+        opt.step()
+        htcore.mark_step()
+    return module
+
+on_hpu, on_cpu = train_shared(device), train_shared("cpu")
+print("parameters:", len(list(on_hpu.parameters())), "| a is b:", on_hpu.a is on_hpu.b,
+      "| device:", on_hpu.a.device)
+print("hpu:", on_hpu.a.detach().cpu().tolist(), " cpu:", on_cpu.a.detach().tolist())
+assert on_hpu.a is on_hpu.b and on_hpu.a.device.type == "hpu" and len(list(on_hpu.parameters())) == 1
+assert torch.equal(on_hpu.a.detach().cpu(), on_cpu.a.detach())
+assert not torch.equal(on_cpu.a.detach(), torch.ones(2))      # the steps did change the weight
 
 # %% [markdown]
 # ## Summary
 # - Check the CPU-fallback log: every fallback is a sync and two copies; change the dtype or the op.
 # - Bigger batches use more device memory and give more throughput, until memory runs out.
 # - Fused optimizers and FusedSDPA replace many small ops by one: less host time, less memory.
+# - `pin_memory=True` saves the host's staging copy of every batch; shared weights stay shared after `.to("hpu")`.
 # - The disk recipe cache carries compiled recipes across runs and keeps its folder under the cap.
 # - Print rarely: every `.item()` is a host sync. Keep loop variables out of the graph (`torch.roll`).
 #

@@ -66,14 +66,7 @@ def _tagged_cells():
 
 # Claims the lab cannot show yet, each waiting for a runtime feature. strict: the day a notebook
 # demonstrates one, its test fails until it leaves this list.
-PENDING = {
-    "O9": "non_blocking H2D copies: the emulated copy happens at once on the host, so there is no "
-          "host time to save yet",
-    "M10": "pinned memory: a CPU-only torch cannot pin memory without an accelerator allocator; hpu_lab "
-           "registers none yet",
-    "M12": "weight sharing: Module.to('hpu') re-creates each parameter slot (a subclass is not a "
-           "shallow-copy match), so module.a = module.b stops being shared after the move",
-}
+PENDING: dict = {}     # {claim id: the runtime feature it waits for}; none today
 
 
 def _all_claims():
