@@ -210,26 +210,37 @@ def test_blocked_host_time_is_counted_as_a_wait():
             step()
         torch.hpu.synchronize()
     r = pm.retime(c.events, "gaudi2")
-    waits = [e for e in r.events if isinstance(e, ev.HostWait)]
-    assert len(waits) >= 3 and r.blocked_ns >= 3 * 0.025e9
-    assert r.verdict == "host-bound"
+    waits = sorted(e.t_end - e.t_start for e in r.events if isinstance(e, ev.HostWait))
+    # a sleep is off the CPU and off the run queue for at least its length, whatever the load;
+    # the first one comes before the first event, so three are seen. (A loaded machine may add
+    # short waits: the interpreter lock held by a descheduled thread; none of them is 29 ms.)
+    assert len(waits) >= 3 and all(w >= 0.029e9 for w in waits[-3:]), waits
+    assert r.blocked_ns >= sum(waits[-3:]) and r.verdict == "host-bound"
+
+
+def _host_cpu(r):
+    """The host lane's CPU part (what observers must not add to): the lane minus its waits."""
+    return r.host_ns - r.blocked_ns
 
 
 def test_observer_cpu_is_not_host_time():
     _, _, step = seed_setup(64)
-    light = pm.retime(record(step, n=6), "gaudi2").host_ns
+    light = _host_cpu(pm.retime(record(step, n=6), "gaudi2"))
     burnt = []
 
     def heavy(e):                             # an expensive view on every op (e.g. a live redraw)
         t = time.thread_time_ns()
-        while time.thread_time_ns() - t < 300_000:
+        while time.thread_time_ns() - t < 400_000:
             pass
         burnt.append(time.thread_time_ns() - t)
     with ev.recorder.subscribe(heavy, kinds=[ev.OpAccumulated]):
-        loaded = pm.retime(record(step, n=6), "gaudi2").host_ns
+        loaded = _host_cpu(pm.retime(record(step, n=6), "gaudi2"))
     observers = sum(burnt[-len(burnt) // 3 * 2:])     # the 6 recorded steps of 9 (3 warm-up)
-    assert observers > 2 * light                      # counted as host time, it would triple the host lane
-    assert loaded - light < 0.3 * observers           # what leaks is cache effects, not the observer's time
+    assert observers > 3 * light                      # counted as host time, it would quadruple the lane
+    # What leaks is the observer's side effects on the user's CPU time (caches, interpreter-lock
+    # hand-offs; measured 0.1-0.35 of the observer's time on a 2-core machine with load ~5), never
+    # the observer's own time (that would be >= 1.0).
+    assert loaded - light < 0.6 * observers, (light, loaded, observers)
 
 
 def test_retime_of_unstamped_events_uses_wall_time():
