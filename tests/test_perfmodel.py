@@ -298,3 +298,54 @@ def test_reference_models_estimate_without_running():
     assert not lazy.S.pg.nodes
     assert {w.role.split()[0] for w in validation.WORKLOADS} == {"calibration", "held-out"}
     assert sum(w.role == "calibration" for w in validation.WORKLOADS) <= 2
+
+
+# ------------------------------------------------------------------ copies on the Gaudi clock
+
+def _loader_loop(pin_memory, non_blocking, steps=4, batch=256, workers=0):
+    """A recorded training loop fed by a DataLoader: its H2D copies as the runtime really made them."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3 * 64 * 64, 10).to(HPU)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    ds = torch.utils.data.TensorDataset(torch.randn(steps * batch, 3 * 64 * 64),
+                                        torch.randint(0, 10, (steps * batch,)))
+    dl = torch.utils.data.DataLoader(ds, batch_size=batch, pin_memory=pin_memory, num_workers=workers)
+
+    def step(x, y):
+        x, y = x.to(HPU, non_blocking=non_blocking), y.to(HPU, non_blocking=non_blocking)
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+        htcore.mark_step()
+    step(*next(iter(dl)))                       # compiled outside the window
+    torch.hpu.synchronize()
+    with ev.Collector() as c:
+        for x, y in dl:
+            step(x, y)
+        torch.hpu.synchronize()
+    return c.events
+
+
+def _host_copy_ns(r):
+    return sum(s.duration_ns for s in r.spans["host"] if s.kind == "HostToDevice")
+
+
+def test_recorded_copies_cost_by_how_they_were_made():
+    pageable, pinned, queued = (_loader_loop(False, False), _loader_loop(True, False), _loader_loop(True, True))
+    h2d = lambda es: [e for e in es if isinstance(e, ev.HostToDevice)]
+    assert all(not e.pinned and e.staging_bytes == e.nbytes and e.stream == -1 for e in h2d(pageable))
+    assert all(e.pinned and e.staging_bytes == 0 and e.stream == -1 for e in h2d(pinned))
+    assert all(e.pinned and e.stream == 0 and e.lane == "hpu:0" for e in h2d(queued)) and h2d(queued)
+    for name, card in pm.DEVICES.items():
+        a, b, q = (pm.retime(es, name) for es in (pageable, pinned, queued))
+        # pageable: the host's staging memcpy + DMA; pinned: DMA only; non_blocking: the host does not wait
+        assert _host_copy_ns(a) > _host_copy_ns(b) > _host_copy_ns(q) == 0, name
+        nbytes = sum(e.nbytes for e in h2d(pinned))
+        assert _host_copy_ns(a) - _host_copy_ns(b) == sum(cost.staging_ns(e.staging_bytes) for e in h2d(pageable))
+        assert _host_copy_ns(b) >= nbytes / card.host_link_bw * 1e9
+        copies = [s for s in q.spans["hpu:0"] if s.kind == "copy H2D"]
+        assert len(copies) == len(h2d(queued)) and sum(s.duration_ns for s in copies) >= nbytes / card.host_link_bw * 1e9
+        execs = [s for s in q.spans["hpu:0"] if s.kind == "execute"]
+        for cp in copies:                       # launches on the stream after a copy start after its DMA
+            later = [s for s in execs if s.start_ns >= cp.start_ns]
+            assert all(s.start_ns >= cp.end_ns for s in later)
