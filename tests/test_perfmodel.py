@@ -349,3 +349,15 @@ def test_recorded_copies_cost_by_how_they_were_made():
         for cp in copies:                       # launches on the stream after a copy start after its DMA
             later = [s for s in execs if s.start_ns >= cp.start_ns]
             assert all(s.start_ns >= cp.end_ns for s in later)
+
+
+def test_device_to_host_read_costs_its_transfer():
+    # DeviceToHost is not emitted by the runtime yet (the read-back lives in lazy.to_cpu); retime
+    # costs one on the host lane as a copy over the host link
+    nbytes = 64 << 20
+    es = [ev.OpAccumulated(0, 0, "host", 0),
+          ev.DeviceToHost(0, 0, "host", 0, nbytes=nbytes)]
+    for name, card in pm.DEVICES.items():
+        r = pm.retime(es, name)
+        d2h, = [s for s in r.spans["host"] if s.kind == "DeviceToHost"]
+        assert d2h.duration_ns == cost.copy_ns(nbytes, card, pinned=False) > nbytes / card.host_link_bw * 1e9
