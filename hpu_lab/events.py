@@ -28,8 +28,21 @@ from typing import Callable, Optional, Tuple
 
 from . import warmup
 
-now = time.perf_counter_ns
+_perf_ns = time.perf_counter_ns
 thread_cpu = time.thread_time_ns
+
+
+def now() -> int:
+    """The event clock (``perf_counter_ns``). The first reading a host thread takes more than
+    ``BLOCKED_MIN_NS`` after the last stamped host event marks where the host re-entered hpu_lab:
+    the recorder notes the thread's CPU time and run-queue delay there, so that a gap before an
+    event *with a duration* (an H2D copy after a DataLoader wait) is measured up to the event's
+    start, not its end (the run-queue delay inside the copy is not the gap's)."""
+    t = _perf_ns()
+    r = recorder
+    if r._listening and t - r._host.last_wall > BLOCKED_MIN_NS:
+        r._gap_end(t)
+    return t
 
 
 @dataclass(frozen=True)
@@ -261,7 +274,7 @@ BLOCKED_MIN_NS = 1_000_000
 
 class _ThreadClock:
     """Per-thread counters behind the stamps: CPU time inside observers, and the run-queue delay."""
-    __slots__ = ("observers", "last_user", "fd", "last_runq", "runq_at")
+    __slots__ = ("observers", "last_user", "fd", "last_runq", "runq_at", "gap_end")
 
     def __init__(self, cpu: int):
         self.observers = 0           # CPU time spent inside observers, cumulative
@@ -271,7 +284,8 @@ class _ThreadClock:
         except OSError:
             self.fd = None
         self.last_runq = self._runq()
-        self.runq_at = now()         # when last_runq was read: kept within ~1 ms of every stamp
+        self.runq_at = _perf_ns()    # when last_runq was read: kept within ~1 ms of every stamp
+        self.gap_end = None          # (t, host last_wall then, user CPU, run-queue delay) or None
 
     def _runq(self) -> int:
         if self.fd is None:
@@ -305,7 +319,7 @@ class _HostClock:
         self.lock = threading.Lock()
         self.cpu = 0
         self.blocked = 0
-        self.last_wall = now()
+        self.last_wall = _perf_ns()
 
 
 class Recorder:
@@ -319,6 +333,20 @@ class Recorder:
         self._tls = threading.local()      # .clock: _ThreadClock
         self._muted = 0                    # > 0: host events reach no observer (perfmodel.estimate)
         self._host = _HostClock()
+        self._listening = False            # any observer at all (now() notes gap ends only then)
+
+    def _gap_end(self, t: int) -> None:
+        """now() on this thread, after a gap with no stamped host event: note where it ended."""
+        clock = getattr(self._tls, "clock", None)
+        if clock is None:                  # a thread that never emitted host events (the device thread)
+            return
+        last = self._host.last_wall
+        if clock.gap_end is not None and clock.gap_end[1] == last:
+            return                         # this gap's end is already noted
+        clock.gap_end = (t, last, thread_cpu() - clock.observers, clock._runq())
+
+    def _update_listening(self) -> None:
+        self._listening = bool(self._all) or any(self._by_kind.values())
 
     def subscribe(self, fn: Observer, kinds=None) -> Handle:
         """Call ``fn(event)`` for each event (of ``kinds`` only, if given)."""
@@ -328,6 +356,7 @@ class Recorder:
             else:
                 for k in kinds:
                     self._by_kind[k] = self._by_kind.get(k, ()) + (fn,)
+            self._update_listening()
         return Handle(self, fn, None if kinds is None else tuple(kinds))
 
     def _remove(self, fn, kinds) -> None:
@@ -337,6 +366,7 @@ class Recorder:
             else:
                 for k in kinds:
                     self._by_kind[k] = tuple(f for f in self._by_kind.get(k, ()) if f is not fn)
+            self._update_listening()
 
     def wants(self, kind) -> bool:
         return bool(self._all) or bool(self._by_kind.get(kind))
@@ -362,13 +392,22 @@ class Recorder:
         mine = user - clock.last_user        # this thread's own CPU since its previous stamp
         clock.last_user = user
         hc = self._host
+        ge, clock.gap_end = clock.gap_end, None
         with hc.lock:
             hc.cpu += mine
             gap = event.t_start - hc.last_wall
             if gap > BLOCKED_MIN_NS:
-                off_cpu = gap - mine
+                if ge is not None and ge[1] == hc.last_wall and ge[0] <= event.t_start:
+                    # the gap ended where now() noted it: CPU and run-queue delay up to there only
+                    off_cpu = ge[0] - hc.last_wall - (ge[2] - (user - mine))
+                    runq = max(ge[3] - clock.last_runq, 0)
+                    clock.last_runq = ge[3]
+                    clock.waited_for_core()      # the rest (inside the event) is not a gap's
+                else:
+                    off_cpu = gap - mine
+                    runq = clock.waited_for_core() if off_cpu > BLOCKED_MIN_NS else 0
                 if off_cpu > BLOCKED_MIN_NS:
-                    off_cpu -= clock.waited_for_core()
+                    off_cpu -= runq
                     clock.runq_at = event.t_start
                     if off_cpu > BLOCKED_MIN_NS:
                         hc.blocked += off_cpu
@@ -380,7 +419,7 @@ class Recorder:
             fn(event)
         c1 = thread_cpu()
         clock.observers += c1 - c0
-        hc.last_wall = t = now()
+        hc.last_wall = t = _perf_ns()
         if t - clock.runq_at > BLOCKED_MIN_NS:     # a fresh baseline for the next gap (~1 read/ms)
             clock.last_runq, clock.runq_at = clock._runq(), t
 

@@ -210,26 +210,37 @@ def test_blocked_host_time_is_counted_as_a_wait():
             step()
         torch.hpu.synchronize()
     r = pm.retime(c.events, "gaudi2")
-    waits = [e for e in r.events if isinstance(e, ev.HostWait)]
-    assert len(waits) >= 3 and r.blocked_ns >= 3 * 0.025e9
-    assert r.verdict == "host-bound"
+    waits = sorted(e.t_end - e.t_start for e in r.events if isinstance(e, ev.HostWait))
+    # a sleep is off the CPU and off the run queue for at least its length, whatever the load;
+    # the first one comes before the first event, so three are seen. (A loaded machine may add
+    # short waits: the interpreter lock held by a descheduled thread; none of them is 29 ms.)
+    assert len(waits) >= 3 and all(w >= 0.029e9 for w in waits[-3:]), waits
+    assert r.blocked_ns >= sum(waits[-3:]) and r.verdict == "host-bound"
+
+
+def _host_cpu(r):
+    """The host lane's CPU part (what observers must not add to): the lane minus its waits."""
+    return r.host_ns - r.blocked_ns
 
 
 def test_observer_cpu_is_not_host_time():
     _, _, step = seed_setup(64)
-    light = pm.retime(record(step, n=6), "gaudi2").host_ns
+    light = _host_cpu(pm.retime(record(step, n=6), "gaudi2"))
     burnt = []
 
     def heavy(e):                             # an expensive view on every op (e.g. a live redraw)
         t = time.thread_time_ns()
-        while time.thread_time_ns() - t < 300_000:
+        while time.thread_time_ns() - t < 400_000:
             pass
         burnt.append(time.thread_time_ns() - t)
     with ev.recorder.subscribe(heavy, kinds=[ev.OpAccumulated]):
-        loaded = pm.retime(record(step, n=6), "gaudi2").host_ns
+        loaded = _host_cpu(pm.retime(record(step, n=6), "gaudi2"))
     observers = sum(burnt[-len(burnt) // 3 * 2:])     # the 6 recorded steps of 9 (3 warm-up)
-    assert observers > 2 * light                      # counted as host time, it would triple the host lane
-    assert loaded - light < 0.3 * observers           # what leaks is cache effects, not the observer's time
+    assert observers > 3 * light                      # counted as host time, it would quadruple the lane
+    # What leaks is the observer's side effects on the user's CPU time (caches, interpreter-lock
+    # hand-offs; measured 0.1-0.35 of the observer's time on a 2-core machine with load ~5), never
+    # the observer's own time (that would be >= 1.0).
+    assert loaded - light < 0.6 * observers, (light, loaded, observers)
 
 
 def test_retime_of_unstamped_events_uses_wall_time():
@@ -287,3 +298,66 @@ def test_reference_models_estimate_without_running():
     assert not lazy.S.pg.nodes
     assert {w.role.split()[0] for w in validation.WORKLOADS} == {"calibration", "held-out"}
     assert sum(w.role == "calibration" for w in validation.WORKLOADS) <= 2
+
+
+# ------------------------------------------------------------------ copies on the Gaudi clock
+
+def _loader_loop(pin_memory, non_blocking, steps=4, batch=256, workers=0):
+    """A recorded training loop fed by a DataLoader: its H2D copies as the runtime really made them."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3 * 64 * 64, 10).to(HPU)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    ds = torch.utils.data.TensorDataset(torch.randn(steps * batch, 3 * 64 * 64),
+                                        torch.randint(0, 10, (steps * batch,)))
+    dl = torch.utils.data.DataLoader(ds, batch_size=batch, pin_memory=pin_memory, num_workers=workers)
+
+    def step(x, y):
+        x, y = x.to(HPU, non_blocking=non_blocking), y.to(HPU, non_blocking=non_blocking)
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+        htcore.mark_step()
+    step(*next(iter(dl)))                       # compiled outside the window
+    torch.hpu.synchronize()
+    with ev.Collector() as c:
+        for x, y in dl:
+            step(x, y)
+        torch.hpu.synchronize()
+    return c.events
+
+
+def _host_copy_ns(r):
+    return sum(s.duration_ns for s in r.spans["host"] if s.kind == "HostToDevice")
+
+
+def test_recorded_copies_cost_by_how_they_were_made():
+    pageable, pinned, queued = (_loader_loop(False, False), _loader_loop(True, False), _loader_loop(True, True))
+    h2d = lambda es: [e for e in es if isinstance(e, ev.HostToDevice)]
+    assert all(not e.pinned and e.staging_bytes == e.nbytes and e.stream == -1 for e in h2d(pageable))
+    assert all(e.pinned and e.staging_bytes == 0 and e.stream == -1 for e in h2d(pinned))
+    assert all(e.pinned and e.stream == 0 and e.lane == "hpu:0" for e in h2d(queued)) and h2d(queued)
+    for name, card in pm.DEVICES.items():
+        a, b, q = (pm.retime(es, name) for es in (pageable, pinned, queued))
+        # pageable: the host's staging memcpy + DMA; pinned: DMA only; non_blocking: the host does not wait
+        assert _host_copy_ns(a) > _host_copy_ns(b) > _host_copy_ns(q) == 0, name
+        nbytes = sum(e.nbytes for e in h2d(pinned))
+        assert _host_copy_ns(a) - _host_copy_ns(b) == sum(cost.staging_ns(e.staging_bytes) for e in h2d(pageable))
+        assert _host_copy_ns(b) >= nbytes / card.host_link_bw * 1e9
+        copies = [s for s in q.spans["hpu:0"] if s.kind == "copy H2D"]
+        assert len(copies) == len(h2d(queued)) and sum(s.duration_ns for s in copies) >= nbytes / card.host_link_bw * 1e9
+        execs = [s for s in q.spans["hpu:0"] if s.kind == "execute"]
+        for cp in copies:                       # launches on the stream after a copy start after its DMA
+            later = [s for s in execs if s.start_ns >= cp.start_ns]
+            assert all(s.start_ns >= cp.end_ns for s in later)
+
+
+def test_device_to_host_read_costs_its_transfer():
+    # DeviceToHost is not emitted by the runtime yet (the read-back lives in lazy.to_cpu); retime
+    # costs one on the host lane as a copy over the host link
+    nbytes = 64 << 20
+    es = [ev.OpAccumulated(0, 0, "host", 0),
+          ev.DeviceToHost(0, 0, "host", 0, nbytes=nbytes)]
+    for name, card in pm.DEVICES.items():
+        r = pm.retime(es, name)
+        d2h, = [s for s in r.spans["host"] if s.kind == "DeviceToHost"]
+        assert d2h.duration_ns == cost.copy_ns(nbytes, card, pinned=False) > nbytes / card.host_link_bw * 1e9

@@ -8,10 +8,12 @@ emulator's own op tracing, graph building and compiling stay on the host lane at
 CPU time: they stand for the bridge's host work (op accumulation, graph passes, compilation),
 which is what lazy mode costs on a real Gaudi host too (seed 000). Three kinds of host spans are
 replaced by the model: a host sync lasts until the modeled completion of what it waits for; an
-H2D copy lasts its modeled transfer (pageable: staging + DMA; pinned: DMA; non_blocking: only
-the host's share); a collective lasts its ring-model time.
+H2D copy the host did (``stream == -1``) lasts its modeled transfer (pageable: the staging memcpy
+of ``staging_bytes`` + DMA; pinned: DMA); a collective lasts its ring-model time.
 
-Device lanes. Each launch becomes a device span that starts at max(modeled launch time, the
+Device lanes. A pinned non_blocking copy queued on a stream (``stream >= 0``, lane ``hpu:N``) is
+a DMA span on that lane, not host time: the host does not wait, and later launches on the stream
+start after it. Each launch becomes a device span that starts at max(modeled launch time, the
 lane's free time) and lasts the recipe's modeled cost (cost.recipe_cost of its graph).
 
 Events recorded without stamps (``cpu_ns == -1``) fall back to wall-time gaps.
@@ -133,7 +135,11 @@ def retime(events: Sequence[ev.Event], card: Card, fusion: bool = True) -> Retim
     t0 = min(e.t_start for e in events)
     costs = _CostCache(card, fusion)
     host_events = [e for e in events if e.lane == "host"]
-    other = [e for e in events if e.lane != "host"]
+    # copies queued on a stream (pinned + non_blocking): the DMA goes on that stream's lane, placed
+    # in list order with the host's events, so later launches on that stream order after it
+    queued = {id(e) for e in events if type(e) is ev.HostToDevice and e.lane != "host" and e.stream >= 0}
+    walk = [e for e in events if e.lane == "host" or id(e) in queued]
+    other = [e for e in events if e.lane != "host" and id(e) not in queued]
 
     new: Dict[int, ev.Event] = {}             # id(original) -> re-timed copy
     extra: List[ev.Event] = []
@@ -159,7 +165,13 @@ def retime(events: Sequence[ev.Event], card: Card, fusion: bool = True) -> Retim
         return s, e_
 
     OpAcc = ev.OpAccumulated
-    for e in host_events:
+    for e in walk:
+        if e.lane != "host":                   # a queued copy: the host does not wait for it. It was
+            # queued before it ran (when it was emitted): H, the host's place now, bounds that above
+            s, f = device_span(e.lane, "copy H2D", H, cost.copy_ns(e.nbytes, card, pinned=True), e.step,
+                               f"copy {e.nbytes / 1e6:.2g} MB")
+            new[id(e)] = _moved(e, s, f)
+            continue
         c, b = e.cpu_ns, e.blocked_ns
         if type(e) is OpAcc and c >= 0 and prev_cpu is not None and prev_cpu >= 0 and b == prev_blocked:
             # fast path for the most common event (an instant, no wait before it)
@@ -203,15 +215,12 @@ def retime(events: Sequence[ev.Event], card: Card, fusion: bool = True) -> Retim
             end = max(start + cpu_span, need)
             wait = end - (start + cpu_span)
             sync_wait += wait
-        elif kind is ev.HostToDevice or kind is ev.DeviceToHost:
-            full = cost.copy_ns(e.nbytes, card, pinned=e.pinned)
-            if e.non_blocking and e.pinned:    # the DMA goes on without the host
-                end = start + min(cpu_span, 20_000)
-                lane = "hpu:0"
-                device_span(lane, "copy H2D" if kind is ev.HostToDevice else "copy D2H", end, full, e.step,
-                            f"copy {e.nbytes / 1e6:.2g} MB")
-            else:
-                end = start + full
+        elif kind is ev.HostToDevice:
+            # the host did this copy and waited (stream -1; non_blocking from pageable memory cannot
+            # help): its staging memcpy of a pageable source, then the DMA over the host link
+            end = start + cost.copy_ns(e.nbytes, card, pinned=True) + cost.staging_ns(e.staging_bytes)
+        elif kind is ev.DeviceToHost:
+            end = start + cost.copy_ns(e.nbytes, card, pinned=e.pinned)
         elif kind is ev.Collective:
             end = start + cost.collective_ns(e.op, e.nbytes, e.world_size, card)
         elif isinstance(e, _ENCLOSING):
