@@ -40,7 +40,8 @@ def now() -> int:
     start, not its end (the run-queue delay inside the copy is not the gap's)."""
     t = _perf_ns()
     r = recorder
-    if r._listening and t - r._host.last_wall > BLOCKED_MIN_NS:
+    last = r._host.last_wall
+    if r._listening and t - last > BLOCKED_MIN_NS and r._gap_seen != last:
         r._gap_end(t)
     return t
 
@@ -334,6 +335,7 @@ class Recorder:
         self._muted = 0                    # > 0: host events reach no observer (perfmodel.estimate)
         self._host = _HostClock()
         self._listening = False            # any observer at all (now() notes gap ends only then)
+        self._gap_seen = -1                # the gap (host last_wall) whose end a thread has noted
 
     def _gap_end(self, t: int) -> None:
         """now() on this thread, after a gap with no stamped host event: note where it ended."""
@@ -344,6 +346,7 @@ class Recorder:
         if clock.gap_end is not None and clock.gap_end[1] == last:
             return                         # this gap's end is already noted
         clock.gap_end = (t, last, thread_cpu() - clock.observers, clock._runq())
+        self._gap_seen = last              # noted once a gap (a second host thread: the old estimate)
 
     def _update_listening(self) -> None:
         self._listening = bool(self._all) or any(self._by_kind.values())

@@ -9,6 +9,7 @@ like on whatever machine runs it. One module a section, each runnable alone
   eager CPU vs PyTorch's own lazy tensor core (``torch._lazy`` with its TorchScript backend).
 - graphs (graphs.py): the HPU Graphs payoff on seed 000's training step.
 - fused (fused.py): the hpex fused optimizers, clipping and attention.
+- panel (panel.py): a live panel's overhead on a 600-step seed-style loop in a Jupyter kernel.
 - disk_cache: cold vs warm start with the disk recipe cache (lives beside the feature).
 """
 from __future__ import annotations
@@ -23,6 +24,7 @@ SECTIONS = {
     "lazy": ("hpu_lab.bench.accumulation", "main"),
     "graphs": ("hpu_lab.bench.graphs", "main"),
     "fused": ("hpu_lab.bench.fused", "main"),
+    "panel": ("hpu_lab.bench.panel", "main"),
     "disk_cache": ("hpu_lab.disk_cache", "report"),
 }
 
