@@ -544,7 +544,8 @@ from hpu_lab import profiler
 path = profiler.export_chrome_trace(os.path.join(tempfile.mkdtemp(), "lazy_epoch.json"), lazy.events)
 trace = json.load(open(path))["traceEvents"]
 lanes = sorted({e["args"]["name"] for e in trace if e.get("name") == "thread_name"})
-print(len(trace), "trace events; lanes:", lanes)
+print("lanes:", lanes)     # how many events depends on the host's waits, so only the lanes are printed
+assert len(trace) > 100
 assert any(l.startswith("hpu:0") for l in lanes) and any(l.startswith("host") for l in lanes)
 
 # %% [markdown]
