@@ -157,11 +157,17 @@ class Stream:
                 _errors.add(launch.error)
             launch.inputs = None   # drop references: the buffers may be freed now
             t1 = ev.now()
-            launch.done.set()
-            if ev.wants(ev.DeviceExecution):
-                r = launch.recipe
-                ev.emit(ev.DeviceExecution(t0, t1, self.lane, ev.recorder.step, launch_id=launch.id,
-                                           recipe_id=r.id, key=r.short_key, node_count=r.node_count, ok=ok))
+            # reported before the launch is marked done: a host sync that waits for it then always
+            # finds its execution in the event stream (a Collector closed right after the sync saw
+            # the execution only sometimes)
+            try:
+                if ev.wants(ev.DeviceExecution):
+                    r = launch.recipe
+                    ev.emit(ev.DeviceExecution(t0, t1, self.lane, ev.recorder.step, launch_id=launch.id,
+                                               recipe_id=r.id, key=r.short_key, node_count=r.node_count,
+                                               ok=ok))
+            finally:
+                launch.done.set()
 
 
 _streams: dict = {}
