@@ -261,3 +261,39 @@ def test_an_error_names_the_line_of_the_launch_not_of_the_first_compile(mode):
     _step(mode)
     with pytest.raises(DeviceError, match=rf"aten::index_select failed on the device \(op created at test_faults.py:{line}\)"):
         bad.cpu()
+
+
+def _writes(dev):
+    """Index and mask writes, forward and backward: none is on an expanded tensor."""
+    torch.manual_seed(0)
+    x = torch.randn(6, 4).to(dev).requires_grad_()
+    ids, m = torch.tensor([1, 3, 3]).to(dev), (torch.randn(6, 4) > 0).to(dev)
+    y = x * 1
+    y[m] = 0.0
+    y[ids] = y[ids] * 2
+    z = y.masked_fill(m, 1.0).index_put((ids,), torch.ones(3, 4).to(dev), accumulate=True)
+    loss = z.sum() + F.embedding(ids, x).sum() + x[x > 0].sum()
+    loss.backward()
+    v = torch.zeros(5).to(dev)
+    v.index_fill_(0, torch.tensor([0, 2]).to(dev), 3.0)
+    v.masked_fill_(v > 1, 4.0)
+    v[torch.tensor([1]).to(dev)] = 7.0
+    if dev == "hpu":
+        htcore.mark_step()
+        torch.hpu.synchronize()
+    return loss.item(), x.grad.cpu(), v.cpu()
+
+
+@pytest.mark.parametrize("mode", ["lazy", "eager"])
+def test_the_device_warns_where_cpu_warns_and_nowhere_else(mode):
+    config.set(PT_HPU_LAZY_MODE="1" if mode == "lazy" else "0")
+    seen = {}
+    for dev in ("cpu", "hpu"):
+        with warnings.catch_warnings(record=True) as ws:      # records every thread's warnings
+            warnings.simplefilter("always")
+            result = _writes(dev)
+        seen[dev] = (result, sorted({str(w.message) for w in ws if "mark_step" not in str(w.message)}))
+    (cl, cg, cv), cpu_warnings = seen["cpu"]
+    (hl, hg, hv), hpu_warnings = seen["hpu"]
+    assert hpu_warnings == cpu_warnings
+    assert hl == pytest.approx(cl, rel=1e-6) and torch.allclose(hg, cg) and torch.equal(hv, cv)
