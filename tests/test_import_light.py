@@ -74,3 +74,17 @@ def test_fork_waits_for_the_warm_up():
     r = subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", "-c", code], env=env,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
+
+
+def test_a_recording_starts_after_the_warm_up():
+    """A Collector (a %%hpu_section, the profiler) started right after the import waits for the
+    warm-up, so torch's imports never fall inside what it records."""
+    code = ("import sys, torch, hpu_lab\n"
+            "from hpu_lab import events as ev\n"
+            "with ev.Collector() as c:\n"
+            "    done = hpu_lab.warmup._thread is None\n"
+            "    loaded = all(m in sys.modules for m in hpu_lab.warmup.MODULES)\n"
+            "sys.exit(0 if done and loaded and not hpu_lab.warmup.errors else 1)\n")
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
