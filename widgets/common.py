@@ -143,16 +143,4 @@ def steps_seen(events: Sequence[ev.Event]) -> List[int]:
     return sorted({e.step for e in events})
 
 
-def union_ns(intervals: Iterable[Tuple[int, int]]) -> int:
-    """Total length of the union of [a, b) intervals."""
-    total, cur_a, cur_b = 0, None, None
-    for a, b in sorted(intervals):
-        if cur_b is None or a > cur_b:
-            if cur_b is not None:
-                total += cur_b - cur_a
-            cur_a, cur_b = a, b
-        else:
-            cur_b = max(cur_b, b)
-    if cur_b is not None:
-        total += cur_b - cur_a
-    return total
+from hpu_lab.perfmodel.timeline import union_ns  # noqa: E402,F401  (one union for the clock and the views)

@@ -102,7 +102,8 @@ def _moved(e, start: int, end: int, lane: Optional[str] = None):
     return n
 
 
-def _union(intervals) -> int:
+def union_ns(intervals) -> int:
+    """Total length of the union of [a, b) intervals (the views use it too)."""
     total, a0, b0 = 0, None, None
     for a, b in sorted(intervals):
         if b0 is None or a > b0:
@@ -274,7 +275,7 @@ def retime(events: Sequence[ev.Event], card: Card, fusion: bool = True) -> Retim
     for lane_spans in spans.values():
         lane_spans.sort(key=lambda s: (s.start_ns, s.end_ns))
     dev = [(s.start_ns, s.end_ns) for lane, ls in spans.items() if lane != "host" for s in ls]
-    busy = _union(dev)
+    busy = union_ns(dev)
     end_all = max([H] + [f for _, f in dev])
     r = Retimed(card, out, spans, host_ns=H - sync_wait, device_busy_ns=busy, wall_ns=end_all,
                 sync_wait_ns=sync_wait, blocked_ns=blocked_total, compile_ns=compile_total, launches=n_launch)
