@@ -38,3 +38,12 @@ def measured_clock():
     widgets.set_clock("measured")
     yield
     widgets.set_clock("gaudi")
+
+
+@pytest.fixture
+def habana():
+    """``habana_frameworks`` imports resolve to hpu_lab for the test, and are forgotten after it."""
+    from hpu_lab import compat
+    compat.enable_habana_imports()
+    yield
+    compat.disable_habana_imports()

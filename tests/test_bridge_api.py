@@ -14,13 +14,6 @@ from hpu_lab import compat, config
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.fixture
-def habana():
-    compat.enable_habana_imports()
-    yield
-    compat.disable_habana_imports()
-
-
 def test_compile_backend_configuration_flags(habana, monkeypatch):
     from habana_frameworks.torch.dynamo.compile_backend import config as cfg
     from habana_frameworks.torch.dynamo.compile_backend.config import configuration_flags

@@ -16,13 +16,6 @@ from hpu_lab import compat
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.fixture
-def habana():
-    compat.enable_habana_imports()
-    yield
-    compat.disable_habana_imports()
-
-
 def test_core_and_hpu_modules(habana):
     import habana_frameworks.torch as ht
     import habana_frameworks.torch.core as htcore

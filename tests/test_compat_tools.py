@@ -9,13 +9,6 @@ import hpu_lab.core as htcore
 from hpu_lab import compat
 
 
-@pytest.fixture
-def habana():
-    compat.enable_habana_imports()
-    yield
-    compat.disable_habana_imports()
-
-
 def test_debug_helpers_answer_from_the_runtime(habana):
     import habana_frameworks.torch.utils.debug as htdebug
     x = torch.ones(4, device="hpu")
