@@ -15,9 +15,18 @@ engine's own check of a node's outputs (wrong device), so the engine stops with 
 which unwinds cleanly; ``backward()`` / ``autograd.grad`` then raise the kept error (the engine's
 message is its ``__context__``). If the placeholder is never used, the kept error is raised when the
 engine returns. No result computed from a placeholder can reach the user: it is a meta tensor.
+
+One more crash lives at interpreter exit. torch stashes a Python object (the caller's contextvars) in
+every backward's GraphTask. The engine's hpu worker thread drops its reference to the GraphTask only
+after it has woken the caller -- on an error, some time after. If the script ends in that window, the
+drop needs the GIL while Python finalizes, and the thread is killed inside a ``noexcept`` destructor
+("terminate called without an active exception"). So at exit, if a backward ran, ``_drain_workers``
+hands the hpu worker one empty task and waits for it: the worker takes tasks in order, so by then it
+has dropped every earlier GraphTask, while Python could still serve its GIL.
 """
 from __future__ import annotations
 
+import atexit
 import threading
 
 import torch
@@ -28,6 +37,7 @@ from . import tensor as _tensor
 
 _lock = threading.Lock()
 _kept: list = []                 # the first error of the running backward, if any
+_backward_ran = False
 
 
 def _placeholder(func):
@@ -65,6 +75,8 @@ def _guard(inner):
 
 def _run_backward_raising_kept(run):
     def engine_run_backward(*args, **kwargs):
+        global _backward_ran
+        _backward_ran = True
         with _lock:
             _kept.clear()
         try:
@@ -82,6 +94,37 @@ def _run_backward_raising_kept(run):
         return result
     engine_run_backward.inner = run
     return engine_run_backward
+
+
+class _Drain(torch.autograd.Function):
+    """A node that does nothing; its backward runs on the hpu worker because its gradient is on hpu."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return torch.empty((), device=x.device)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return None
+
+
+def _drain() -> None:
+    """Hand the hpu autograd worker an empty backward and wait for it (see module doc)."""
+    leaf = torch.empty((), device="hpu", requires_grad=True)
+    out = _Drain.apply(leaf)
+    # Called below torch's _engine_run_backward, so no Python object rides in this GraphTask, and
+    # with no inputs= it returns nothing: what the worker drops last holds no Python object.
+    torch.autograd.Variable._execution_engine.run_backward(
+        (out,), (torch.empty((), device="hpu"),), False, False, (), True, True)
+
+
+@atexit.register
+def _drain_workers() -> None:
+    if _backward_ran:
+        try:
+            _drain()
+        except Exception:  # noqa: BLE001 - at exit, a runtime that cannot drain must not mask the real exit
+            pass
 
 
 def install() -> None:
