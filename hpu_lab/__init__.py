@@ -52,8 +52,9 @@ from . import distributed as _distributed  # noqa: E402,F401  # init_process_gro
 
 from . import _disk_hooks  # noqa: E402
 
-_lazy._lookup_hooks.append(_disk_hooks.lookup)      # recipes shared across processes (seed 003)
-_lazy._compile_hooks.append(_disk_hooks.store)
+from .compiler import find as _find  # noqa: E402
+_find.add_lookup(_disk_hooks.lookup)      # recipes shared across processes (seed 003)
+_find.on_compile(_disk_hooks.store)
 
 from .tensor import HPUTensor  # noqa: E402,F401
 from . import custom_ops  # noqa: E402,F401  # torch.ops.hpu.* (the bridge's custom ops; issue 16)

@@ -259,11 +259,8 @@ class CompiledGraph:
         S = lazy.S
         args = [a._t if isinstance(a, HPUBuffer) else a for a in args]
         with S.lock:
-            was, S.eager = S.eager, False       # accumulate, whatever the mode, then launch once
-            try:
+            with lazy.eager_suspended():        # accumulate, whatever the mode, then launch once
                 outs = torch.fx.Interpreter(self.gm).run(*args)
-            finally:
-                S.eager = was
             lazy.flush(f"torch.compile {self.kind} graph", f"{self.site} ({self.kind})")
         return list(outs)
 

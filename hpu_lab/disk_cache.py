@@ -1,8 +1,8 @@
 """The disk recipe cache: ``PT_HPU_RECIPE_CACHE_CONFIG=<path>,<delete>,<max MB>`` (seed 003).
 
 A recipe compiled in one process is found by the next one on disk: the bridge looks "first in
-mem cache, then in disk cache". Here ``lazy._lookup_hooks`` asks ``lookup`` after an in-memory
-miss, and ``lazy._compile_hooks`` hands every new recipe to ``store``, which only queues it: a
+mem cache, then in disk cache". Here ``compiler.find`` asks ``lookup`` after an in-memory
+miss, and its ``on_compile`` hook hands every new recipe to ``store``, which only queues it: a
 background thread serializes it and evicts, so graph launch is not delayed.
 
 - Key: a sha256 of a canonical text of the graph key (ops by name, shapes, dtypes, constants),

@@ -14,7 +14,6 @@ import threading
 
 from . import lazy, ops
 from ._source import user_src
-from .graph import PendingGraph
 from .tensor import Out
 
 _local = threading.local()      # nesting depth per thread (autograd may run ops on its own thread)
@@ -27,7 +26,7 @@ def run(handler, func, args, kwargs):
         res = handler(func, args, kwargs)
     except BaseException:
         if depth == 0 and lazy.S.pg.nodes and not _has_live_outputs(lazy.S.pg):
-            lazy.S.pg = PendingGraph()   # e.g. a view node read for an op that then failed
+            lazy.drop_pending()          # e.g. a view node read for an op that then failed
         raise
     finally:
         _local.depth = depth
@@ -43,12 +42,12 @@ def launch_pending(func) -> None:
         if not _has_live_outputs(S.pg):
             # e.g. the empty buffer of torch.randn that the host draw then overwrote: an allocation
             # is not a kernel, and a graph whose outputs nobody holds computes nothing
-            S.pg = PendingGraph()
+            lazy.drop_pending()
             return
         try:
             lazy.flush(f"eager op {ops.op_name(func)}", user_src(3))
         except BaseException:
-            S.pg = PendingGraph()    # the op failed as a whole (e.g. out of memory): nothing waits
+            lazy.drop_pending()      # the op failed as a whole (e.g. out of memory): nothing waits
             raise
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from contextlib import contextmanager
 
 import torch
 
@@ -16,9 +17,8 @@ from . import ops
 from ._source import user_src
 from . import resize as _resize  # out= / resize_ (issue 16)
 from . import widen as _widen  # dtypes the CPU kernel lacks (issue 16)
-from .compiler import build, cache
+from .compiler import find
 from .compiler.recipe import GraphKey
-from .compiler.reasons import diff
 from .graph import PendingGraph, ref_sig, op_key, view, scatter, restride, InplaceOnClone, CastTo
 from .runtime import executor, memory
 from .tensor import HPU, HPUTensor, Inp, Out, Storage, new_storage_tensor, storage_extent, _itemsize
@@ -56,6 +56,64 @@ class State:
 
 
 S = State()
+
+
+# ---------------------------------------------------------------- the named writers of S
+# Other modules change the runtime's state only through these (tests/test_import_graph.py checks it).
+
+def begin_capture(cap) -> None:
+    """An HPU Graph capture starts: from now on the lazy path reports to ``cap`` (a ``Capture``)."""
+    S.capture = cap
+
+
+def end_capture(cap) -> None:
+    """The capture ``cap`` ended or was abandoned (a no-op if another one is current)."""
+    if S.capture is cap:
+        S.capture = None
+
+
+def set_stream(index: int) -> None:
+    """Flushes and replays launch on stream ``index`` from now on (graphs/streams.py)."""
+    S.stream = index
+
+
+@contextmanager
+def eager_suspended():
+    """Accumulate whatever the mode (a compiled graph replays op by op, then launches once)."""
+    was, S.eager = S.eager, False
+    try:
+        yield
+    finally:
+        S.eager = was
+
+
+def drop_pending() -> None:
+    """Forget the pending graph (eager mode: what a failed op or a dead allocation left)."""
+    S.pg = PendingGraph()
+
+
+def add_step_closure(fn, args: tuple) -> None:
+    """Run ``fn(*args)`` right after the next mark_step."""
+    S.step_closures.append((fn, args))
+
+
+_trace = None      # (on_write, on_flush) while perfmodel.estimate traces without launching
+
+
+@contextmanager
+def tracing(on_write, on_flush):
+    """Accumulate into a fresh pending graph that is never launched: ``on_write(t)`` is told of each
+    write, ``on_flush(trigger, src, needed)`` replaces every flush. Yields the graph; the previous
+    graph, mode and tracer are back afterwards (perfmodel.estimate)."""
+    global _trace
+    old = S.pg, S.eager, _trace
+    pg = S.pg = PendingGraph()
+    S.eager = False
+    _trace = (on_write, on_flush)
+    try:
+        yield pg
+    finally:
+        S.pg, S.eager, _trace = old
 
 
 def _on_config_change():
@@ -135,6 +193,8 @@ def _overlapping(t) -> bool:
 def write(t, r, op: str = "") -> None:
     """t's elements now hold value r (an Out or Inp with t's shape and dtype); ``op`` names the
     writing op for errors."""
+    if _trace is not None:
+        _trace[0](t)
     st = t._st
     pg = S.pg
     if op not in OVERLAP_OK and not _full(t) and _overlapping(t):
@@ -496,6 +556,8 @@ def flush(trigger: str, src: str, needed=None):
 
     Returns the Launch, or None if nothing was pending.
     """
+    if _trace is not None:
+        return _trace[1](trigger, src, needed)
     with S.lock:
         pg = S.pg
         if not pg.nodes:
@@ -543,7 +605,7 @@ def flush(trigger: str, src: str, needed=None):
             ev.emit(ev.GraphBuilt(t0, ev.now(), "host", ev.recorder.step, graph_id=pg.id,
                                   node_count=len(nodes), input_count=len(externals),
                                   output_count=len(outs), trigger=trigger, src=src))
-        recipe = get_recipe(key, nodes, externals, outs, site)
+        recipe = find.get_recipe(key, nodes, externals, outs, site)
         cap = S.capture
         launch = launch_recipe(recipe, externals, srcs=[n.src for n in nodes]) if cap is None else \
             cap.launch(recipe, externals)
@@ -600,58 +662,6 @@ def _keep_rest(pg, rest, produced, done_ids):
             n.h = hash(n.sig)
     pg.nodes = rest
     pg.written = [w for w in pg.written if w() is not None and type(w().value) is Out]
-
-
-def get_recipe(key, nodes, externals, outs, site):
-    t0 = ev.now()
-    recipe = cache.lookup(key)
-    hit = recipe is not None
-    if hit:
-        if ev.wants(ev.CacheLookup):
-            ev.emit(ev.CacheLookup(t0, ev.now(), "host", ev.recorder.step, hit=True, key=key.short))
-        return recipe
-    recipe = _find_elsewhere(key, nodes, externals, outs, site)
-    if recipe is not None:
-        return recipe
-    if ev.wants(ev.CacheLookup):
-        ev.emit(ev.CacheLookup(t0, ev.now(), "host", ev.recorder.step, hit=False, key=key.short))
-    recipe = build.compile_graph(nodes, externals, outs, key, site)
-    prev = cache.nearest(site, recipe.desc)
-    if prev is not None and _unrelated(prev.desc, recipe.desc):
-        prev = None          # another graph cut at the same line (e.g. the optimizer's): not a recompile
-    reason = diff(prev.desc if prev is not None else None, recipe.desc)
-    recipe.reason = reason
-    cache.store(key, recipe, site)
-    t1 = ev.now()
-    ev.emit(ev.Compile(t1 - recipe.compile_ns, t1, "host", ev.recorder.step, key=key.short,
-                       recipe_id=recipe.id, node_count=recipe.node_count, reason=reason, src=site,
-                       peak_bytes=recipe.peak_bytes, clusters=recipe.clusters, graph=recipe.summary))
-    for hook in _compile_hooks:
-        hook(recipe)
-    if config.get("GRAPH_VISUALIZATION"):
-        from .profiler import dump_graph_if_enabled
-        dump_graph_if_enabled(recipe.summary, f"recipe_{recipe.id}_{key.short}")
-    return recipe
-
-
-def _unrelated(a, b) -> bool:
-    """No op in common at the start and a different number of inputs: a different graph."""
-    (ain, anodes), (bin_, bnodes) = a, b
-    first_same = bool(anodes) and bool(bnodes) and anodes[0][0] == bnodes[0][0]
-    return not first_same and len(ain) != len(bin_)
-
-
-_compile_hooks: list = []      # e.g. the disk cache storing a new recipe
-_lookup_hooks: list = []       # e.g. the disk cache: fn(key, nodes, externals, outs, site) -> Recipe|None
-
-
-def _find_elsewhere(key, nodes, externals, outs, site):
-    for hook in _lookup_hooks:
-        r = hook(key, nodes, externals, outs, site)
-        if r is not None:
-            cache.store(key, r, site)
-            return r
-    return None
 
 
 def _held_bytes(externals) -> int:

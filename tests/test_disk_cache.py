@@ -100,7 +100,7 @@ def test_disk_hit_event_and_metric(cache_dir, collect):
 
 def test_keys_are_stable_texts_of_the_graph(cache_dir):
     keys = []
-    lazy._compile_hooks.append(lambda r: keys.append(r.key))
+    hook = hpu_lab.compiler.find.on_compile(lambda r: keys.append(r.key))
     try:
         _graph(k=2.0)
         hpu_lab.compiler.cache.clear()
@@ -108,7 +108,7 @@ def test_keys_are_stable_texts_of_the_graph(cache_dir):
         hpu_lab.compiler.cache.clear()
         _graph(n=9, k=2.0)                         # another shape: another recipe
     finally:
-        lazy._compile_hooks.pop()
+        hook.remove()
     texts = [disk_cache.key_text(k) for k in keys]
     assert len(set(texts)) == 3 and "str:'aten::mul.Tensor'" in texts[0] and "float:2.0" in texts[0]
     assert len(_recipes(cache_dir)) == 3

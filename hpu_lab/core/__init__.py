@@ -41,7 +41,7 @@ def add_step_closure(closure, args=()) -> None:
     """Run ``closure(*args)`` right after the next mark_step (e.g. to log a loss without a sync
     in the middle of the step)."""
     if _lazy_only("add_step_closure"):
-        _lazy.S.step_closures.append((closure, tuple(args)))
+        _lazy.add_step_closure(closure, tuple(args))
 
 
 def is_lazy() -> bool:

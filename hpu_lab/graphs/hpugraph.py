@@ -58,7 +58,7 @@ class HPUGraph:
         self.reset()
         cap = recording.Capture(self, bool(dry_run), src)
         self._capture = cap
-        lazy.S.capture = cap
+        lazy.begin_capture(cap)
         cap.mode = host_state.start(cap)      # watches host state the replay could not repeat
         t = ev.now()
         ev.emit(ev.CaptureBegin(t, t, "host", ev.recorder.step, graph_id=self.id, src=src))
@@ -74,13 +74,12 @@ class HPUGraph:
         try:
             lazy.flush("HPUGraph.capture_end", f"{src} (capture of {self.label or 'an HPU Graph'})")
         except BaseException:
-            if lazy.S.capture is cap:
-                lazy.S.capture = None
+            lazy.end_capture(cap)
             self._capture = None
             host_state.stop(cap.mode)
             self._why_empty = "the capture failed while compiling its last graph"
             raise
-        lazy.S.capture = None
+        lazy.end_capture(cap)
         self._capture = None
         host_state.stop(cap.mode)
         self._rec = cap.finish()
@@ -103,8 +102,7 @@ class HPUGraph:
     def _abandon_on_error(self, exc) -> None:
         cap = self._capture
         if cap is not None:
-            if lazy.S.capture is cap:
-                lazy.S.capture = None
+            lazy.end_capture(cap)
             self._abandoned(cap, f"{type(exc).__name__}: {exc}")
 
     # ---- replay

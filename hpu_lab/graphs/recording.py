@@ -165,8 +165,7 @@ class Capture:
 
     # ---- refusals: the capture is abandoned, the runtime stays usable (pending ops stay pending)
     def abandon(self, message: str, op: str, src: str) -> None:
-        if lazy.S.capture is self:
-            lazy.S.capture = None
+        lazy.end_capture(self)
         self.graph._abandoned(self, message)
         t = ev.now()
         ev.emit(ev.Error(t, t, "host", ev.recorder.step, message=message, op=op, src=src))

@@ -120,7 +120,7 @@ def current_stream(device=None) -> Stream:
 def set_stream(stream) -> None:
     """Make ``stream`` current (prefer the ``stream()`` context manager); None is a no-op."""
     if stream is not None:
-        lazy.S.stream = _index_of(stream)
+        lazy.set_stream(_index_of(stream))
 
 
 class StreamContext:
@@ -134,12 +134,12 @@ class StreamContext:
         if self.stream is None:
             return None
         self.prev = lazy.S.stream
-        lazy.S.stream = _index_of(self.stream)
+        lazy.set_stream(_index_of(self.stream))
         return self.stream
 
     def __exit__(self, *exc):
         if self.stream is not None and self.prev is not None:
-            lazy.S.stream = self.prev
+            lazy.set_stream(self.prev)
         return False
 
 

@@ -94,20 +94,16 @@ def trace(fn, args, kwargs, card: Card, fusion: bool = True) -> Estimate:
             n = len(S.pg.nodes)
             raise EstimateError(f"perfmodel.estimate(): {n} op{'s are' if n > 1 else ' is'} pending; call "
                                 "htcore.mark_step() first (estimate launches nothing, not even them)")
-        old_pg, old_eager, old_step = S.pg, S.eager, ev.recorder.step
-        pg = S.pg = PendingGraph()
-        S.eager = False
+        old_step = ev.recorder.step
         cuts: List[int] = []
         saved = {}
-        orig_write, orig_flush = lazy.write, lazy.flush
 
-        def write(t, r, op=""):
+        def on_write(t):
             st = t._st
             if id(st) not in saved:
                 saved[id(st)] = (st, st.value)
-            return orig_write(t, r, op)
 
-        def flush(trigger, src, needed=None):
+        def on_flush(trigger, src, needed=None):
             if needed is not None:
                 raise EstimateError(f"perfmodel.estimate(): the traced code needs a value on the host "
                                     f"({trigger} at {src or '?'}); a host sync cannot be estimated "
@@ -115,29 +111,26 @@ def trace(fn, args, kwargs, card: Card, fusion: bool = True) -> Estimate:
             cuts.append(len(S.pg.nodes))
             return None
 
-        lazy.write, lazy.flush = write, flush
-        try:
-            with ev.recorder.muted():
-                result = fn(*args, **kwargs)    # held while costing: what fn returns is an output
-            recipes = []
-            total = cost.ZERO
-            for nodes, externals, outs in _graphs(pg, cuts):
-                g = build.build_fx(nodes, externals, outs)
-                g.eliminate_dead_code()
-                summary = passes.run_all(g)["summary"]
-                c = cost.recipe_cost(summary, card, fusion=fusion)
-                recipes.append((summary, c))
-                total = total + c
-            del result
-        finally:
-            lazy.write, lazy.flush = orig_write, orig_flush
-            S.eager = old_eager
-            ev.recorder.step = old_step
-            for st, value in saved.values():
-                st.value = value
-            for w in pg.written:
-                st = w()
-                if st is not None and type(st.value) is Out and st.value.node.graph is pg:
-                    st.value = _poisoned(st.value.meta)
-            S.pg = old_pg
+        with lazy.tracing(on_write, on_flush) as pg:
+            try:
+                with ev.recorder.muted():
+                    result = fn(*args, **kwargs)    # held while costing: what fn returns is an output
+                recipes = []
+                total = cost.ZERO
+                for nodes, externals, outs in _graphs(pg, cuts):
+                    g = build.build_fx(nodes, externals, outs)
+                    g.eliminate_dead_code()
+                    summary = passes.run_all(g)["summary"]
+                    c = cost.recipe_cost(summary, card, fusion=fusion)
+                    recipes.append((summary, c))
+                    total = total + c
+                del result
+            finally:
+                ev.recorder.step = old_step
+                for st, value in saved.values():
+                    st.value = value
+                for w in pg.written:
+                    st = w()
+                    if st is not None and type(st.value) is Out and st.value.node.graph is pg:
+                        st.value = _poisoned(st.value.meta)
     return Estimate(card, tuple(recipes), total)
