@@ -27,9 +27,9 @@ from . import core, hpu  # noqa: E402,F401
 from . import amp as _amp  # noqa: E402
 
 _amp.install()      # torch.autocast("hpu"): fallthrough, bf16 default, the op lists
-from . import fallback as _fallback  # noqa: E402
+from . import route as _route  # noqa: E402
 
-_fallback.install()  # ops/dtypes that do not run on HPU go to the CPU (seed 003)
+_route.install_fallback()  # ops/dtypes that do not run on HPU go to the CPU (seed 003)
 from . import compile_backend as _compile_backend  # noqa: E402
 
 _compile_backend.install()  # torch.compile(backend="hpu_backend"), registered when dynamo loads

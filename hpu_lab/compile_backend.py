@@ -125,7 +125,7 @@ def _to_cpu_device(a):
 
 
 def _dropout_noise(size, dtype, p):
-    # what lazy.native_dropout draws, so compiled and eager runs give CPU's numbers
+    # what special_ops.native_dropout draws, so compiled and eager runs give CPU's numbers
     return torch.empty(size, dtype=dtype).bernoulli_(1 - p).div_(1 - p)
 
 

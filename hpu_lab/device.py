@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from . import lazy, ops, warmup
+from . import ops, route, special_ops, warmup
 from .runtime import memory
 from .tensor import HPU, Inp, _itemsize, new_storage_tensor, storage_extent
 
@@ -42,7 +42,7 @@ def _factory(func):
         kwargs = dict(kwargs)
         kwargs["device"] = HPU
         kwargs.pop("pin_memory", None)
-        return lazy.dispatch(func, args, kwargs)
+        return route.dispatch(func, args, kwargs)
     return kernel
 
 
@@ -72,7 +72,7 @@ def _empty_buffer(size, stride, dtype):
 
 def _copy_from(self, dst, non_blocking=False):
     """Reached when torch itself bypasses Python dispatch (e.g. ``torch.tensor(..., device="hpu")``)."""
-    lazy.copy_(None, (dst, self, non_blocking), {})
+    special_ops.copy_(None, (dst, self, non_blocking), {})
     return dst
 
 

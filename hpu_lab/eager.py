@@ -5,7 +5,7 @@ per op signature; hpu_lab does the same by reusing the lazy machinery: the op is
 (empty) pending graph and flushed as soon as the op returns. So a new op signature compiles once,
 every later call hits the recipe cache, and each op is one launch (claim T1).
 
-``lazy.dispatch`` calls ``run`` when ``lazy.S.eager`` is set. Ops that call other ops (an ``out=``
+``route.dispatch`` calls ``run`` when ``lazy.S.eager`` is set. Ops that call other ops (an ``out=``
 variant computing its functional form, say) flush only when the outermost one returns.
 """
 from __future__ import annotations

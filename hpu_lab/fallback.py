@@ -27,6 +27,7 @@ import torch
 from . import config, lazy, ops
 from . import events as ev
 from ._source import user_src
+from .host_ops import host_op
 from .tensor import HPUTensor
 
 aten = torch.ops.aten
@@ -45,7 +46,6 @@ UNSUPPORTED_DTYPES = {
 }
 
 counts: Counter = Counter()          # aten name -> fallbacks in this process (the exit table)
-_installed: dict = {}                # OpOverload -> handler it had before we took it over
 
 _TYPE = {torch.float32: "Float", torch.bfloat16: "BFloat16", torch.float16: "Half",
          torch.float64: "Double", torch.int64: "Long", torch.int32: "Int", torch.int16: "Short",
@@ -98,21 +98,10 @@ def run_on_cpu(func, args, kwargs, why: str):
     if config.get("ENABLE_CONSOLE") and config.get("LOG_LEVEL_PT_FALLBACK") <= 1:
         print(f"CPU fallback {name.split('::')[-1]} : {describe(func, args, kwargs)}", flush=True)
     t0 = ev.now()
-    res = lazy.host_op(func, args, kwargs, f"cpu fallback {name}")
+    res = host_op(func, args, kwargs, f"cpu fallback {name}")
     ev.emit(ev.CPUFallback(t0, ev.now(), "host", ev.recorder.step, op=name,
                            dtypes=_dtypes(args, kwargs), src=src))
     return res
-
-
-def on_meta_failure(func, args, kwargs, err):
-    """lazy.py could not infer the op's outputs: a data-dependent op runs on the host (it is an HPU
-    op, its output shape just needs the values); an op with no meta kernel is not one we can put
-    in a graph, i.e. not registered for HPU: it falls back."""
-    msg = str(err)
-    if "Meta" in msg and ("Could not run" in msg or "not implemented" in msg.lower()) \
-            or "no fake impl or Meta kernel" in msg:
-        return run_on_cpu(func, args, kwargs, "no HPU kernel")
-    return lazy.host_op(func, args, kwargs, f"data-dependent op {ops.op_name(func)}")
 
 
 def _unsupported(name, args):
@@ -124,7 +113,9 @@ def _unsupported(name, args):
     return None
 
 
-def _make_handler(orig):
+def checked(orig):
+    """A handler that runs the op on the CPU when it is placed there or its dtype is unsupported,
+    else as ``orig`` would (route.py installs it for ``checked_ops()``)."""
     def handler(func, args, kwargs):
         name = ops.op_name(func)
         placed = config.get("PT_HPU_PLACE_ON_CPU")
@@ -145,24 +136,14 @@ def _overloads(name):
     return [getattr(packet, o) for o in packet.overloads()]
 
 
-def install() -> None:
-    """Route the table's ops, and the ops PT_HPU_PLACE_ON_CPU lists, through the fallback check."""
-    for func, orig in _installed.items():
-        if lazy.SPECIAL.get(func) is not orig:
-            lazy.SPECIAL.pop(func, None)
-            if orig is not None:
-                lazy.SPECIAL[func] = orig
-    _installed.clear()
+def checked_ops() -> list:
+    """The ops that must pass the check first: the dtype table's and PT_HPU_PLACE_ON_CPU's."""
     names = set(UNSUPPORTED_DTYPES)
     try:
         names |= set(config.get("PT_HPU_PLACE_ON_CPU") or ())
     except config.ConfigError:
         pass                              # reported where the setting is used
-    for name in sorted(names):
-        for func in _overloads(name):
-            _installed[func] = lazy.SPECIAL.get(func)
-            lazy.register_special(func, _make_handler(lazy._resolve(func)))
-    lazy.reset_dispatch_cache()
+    return [func for name in sorted(names) for func in _overloads(name)]
 
 
 def frequency_table() -> str:
@@ -180,5 +161,3 @@ def _report_at_exit() -> None:
     except Exception:  # noqa: BLE001 - a malformed setting must not turn exit into a traceback
         pass
 
-
-config.on_change(install)

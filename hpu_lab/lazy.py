@@ -1,7 +1,8 @@
 """Lazy mode: ops accumulate in the pending graph; mark_step or a value access runs them.
 
-``dispatch`` receives every aten op on an HPUTensor (from ``HPUTensor.__torch_dispatch__``) and
-every factory op for device "hpu" (from the PrivateUse1 kernels in ``device.py``).
+``route.dispatch`` decides where each op goes (docs/ARCHITECTURE.md, "The op path"); the generic
+ops land here (``lazy_op``). This module owns the runtime state ``S``: other modules change it
+only through the named functions below.
 """
 from __future__ import annotations
 
@@ -15,13 +16,12 @@ from . import config
 from . import events as ev
 from . import ops
 from ._source import user_src
-from . import resize as _resize  # out= / resize_ (issue 16)
-from . import widen as _widen  # dtypes the CPU kernel lacks (issue 16)
+from .capture import GraphCapture
 from .compiler import find
 from .compiler.recipe import GraphKey
 from .graph import PendingGraph, ref_sig, op_key, view, scatter, restride, InplaceOnClone, CastTo
 from .runtime import executor, memory
-from .tensor import HPU, HPUTensor, Inp, Out, Storage, new_storage_tensor, storage_extent, _itemsize
+from .tensor import HPUTensor, Inp, Out, Storage, new_storage_tensor, storage_extent, _itemsize
 
 aten = torch.ops.aten
 CPU = torch.device("cpu")
@@ -39,7 +39,7 @@ class State:
         self.eager = False           # PT_HPU_LAZY_MODE=0
         self.source_lines = True
         self.sync_reason = None      # set by .item()/.tolist()/... for the sync they cause
-        self.capture = None          # the HPU Graph being captured, if any (graphs/)
+        self.capture = None          # the GraphCapture underway, if any (capture.py, graphs/)
         self.stream = 0              # current stream index
         self.observers_before_flush = []
         self.step_closures = []
@@ -61,8 +61,10 @@ S = State()
 # ---------------------------------------------------------------- the named writers of S
 # Other modules change the runtime's state only through these (tests/test_import_graph.py checks it).
 
-def begin_capture(cap) -> None:
-    """An HPU Graph capture starts: from now on the lazy path reports to ``cap`` (a ``Capture``)."""
+def begin_capture(cap: GraphCapture) -> None:
+    """An HPU Graph capture starts: from now on the lazy path reports to ``cap``."""
+    if not isinstance(cap, GraphCapture):
+        raise TypeError(f"begin_capture: {type(cap).__name__} lacks what a capture provides (capture.py)")
     S.capture = cap
 
 
@@ -118,7 +120,6 @@ def tracing(on_write, on_flush):
 
 def _on_config_change():
     S.reload()
-    _HANDLER.clear()
 
 
 config.on_change(_on_config_change)
@@ -411,10 +412,18 @@ def functional_op(func, args, kwargs):
     return _rebuild(res_template, iter(tensors))
 
 
+_meta_failure = None    # fn(func, args, kwargs, err): the router's answer to an op with no usable meta
+
+
+def set_meta_failure_handler(fn) -> None:
+    """Who takes an op whose outputs the meta kernel cannot infer (route.py: host op or CPU fallback);
+    lazy.py must not import the modules that decide it (they import lazy.py)."""
+    global _meta_failure
+    _meta_failure = fn
+
+
 def _meta_failed(func, args, kwargs, e):
-    """No usable meta kernel: data-dependent ops run on the host, the rest fall back (fallback.py)."""
-    from . import fallback
-    return fallback.on_meta_failure(func, args, kwargs, e)
+    return _meta_failure(func, args, kwargs, e)
 
 
 def _op_src(func):
@@ -448,8 +457,8 @@ def _clone_spec(margs, written):
 def inplace_op(func, args, kwargs, info):
     """An op that writes its inputs: compute the new values functionally, then rebind."""
     written, out_kw, functional = info
-    if out_kw:
-        return out_variant_op(func, args, kwargs, out_kw)
+    if out_kw:      # route.py sends out= ops to special_ops.out_variant; nothing else may reach here
+        raise RuntimeError(f"{ops.op_name(func)} with out= reached the lazy path directly")
     targets = [args[i] for i in written]
     for t in targets:
         ts = t if isinstance(t, (list, tuple)) else [t]
@@ -509,30 +518,6 @@ def inplace_op(func, args, kwargs, info):
     if func._schema.returns:
         return targets[0] if len(targets) == 1 else tuple(targets)
     return None
-
-
-def out_variant_op(func, args, kwargs, out_kw):
-    """``op(..., out=t)``: compute into fresh buffers and write them into the out tensors."""
-    outs = [kwargs[k] for k in out_kw]
-    kw = {k: v for k, v in kwargs.items() if k not in out_kw}
-    # the functional form: the same op without out= (e.g. arange.start_out -> arange.start)
-    name = func._schema.name.split("::")[1]
-    packet = getattr(aten, name)
-    for ov in packet.overloads():
-        cand = getattr(packet, ov)
-        if not any(a.alias_info is not None and a.alias_info.is_write for a in cand._schema.arguments):
-            try:
-                res = cand(*args, **kw, **({"device": HPU} if "device" in
-                                            [a.name for a in cand._schema.arguments] and not any(
-                                                isinstance(a, HPUTensor) for a in args) else {}))
-            except (TypeError, RuntimeError):
-                continue
-            res_list = res if isinstance(res, (list, tuple)) else [res]
-            for o, r in zip(outs, res_list):
-                _resize.resize_output(o, r.shape)      # as stock PyTorch: resized, warned if non-empty
-                copy_(None, (o, r), {})
-            return outs[0] if len(outs) == 1 else tuple(outs)
-    raise NotImplementedError(f"{ops.op_name(func)} with out= is not supported on hpu")
 
 
 # ---------------------------------------------------------------- flush: pending graph -> launch
@@ -736,355 +721,6 @@ def build_layout(base, st):
     return base
 
 
-def concrete(t, reason: str) -> torch.Tensor:
-    """t's values as a CPU tensor that aliases nothing the user can reach (for host ops)."""
-    return to_cpu(t, reason)
-
-
-def host_op(func, args, kwargs, reason):
-    """Run an op on the host with concrete inputs (data-dependent ops, ops with no meta kernel)."""
-    src = user_src(3)
-
-    def conv(a):
-        if isinstance(a, HPUTensor):
-            return concrete(a, reason)
-        if isinstance(a, (list, tuple)):
-            return type(a)(conv(x) for x in a)
-        if isinstance(a, torch.device) and a.type == "hpu":
-            return CPU
-        return a
-
-    if S.capture is not None:
-        S.capture.refuse(ops.op_name(func), src)
-    cargs = [conv(a) for a in args]
-    ckw = {k: conv(v) for k, v in kwargs.items()}
-    info = ops.inplace_info(func)
-    try:
-        res = func(*cargs, **ckw)
-    except (NotImplementedError, RuntimeError) as e:
-        if not _widen.missing_kernel(e):   # a dtype Gaudi has and the CPU kernel lacks (issue 16)
-            raise
-        res = _widen.widened(func)(*cargs, **ckw)
-    if info is not None and info[0]:
-        # write the mutated args back; a result that *is* a mutated arg returns the hpu arg
-        back = {}
-        for i in info[0]:
-            tgt, new = args[i], cargs[i]
-            if isinstance(tgt, (list, tuple)):
-                for x, y in zip(tgt, new):
-                    write_concrete(x, y)
-            else:
-                write_concrete(tgt, new)
-                back[id(new)] = tgt
-            # autograd must see the write (a backward through the old value then errors)
-            torch._C._increment_version(list(tgt) if isinstance(tgt, (list, tuple)) else [tgt])
-        if not func._schema.returns:
-            return None
-        if isinstance(res, torch.Tensor) and id(res) in back:
-            return back[id(res)]
-    return to_hpu_result(res)
-
-
-def to_hpu_result(res):
-    if isinstance(res, torch.Tensor):
-        # CPU's layout, when it is a dense one (nonzero's is column-major: flatten must copy, as
-        # on CPU); a view with gaps is laid out contiguous
-        if res.storage_offset() == 0 and _dense_layout(res):
-            c = res
-        elif _dense_layout(res):
-            c = torch.empty_strided(res.shape, res.stride(), dtype=res.dtype).copy_(res)
-        else:
-            c = res.contiguous()
-        return wrap_new((tuple(c.shape), tuple(c.stride()), c.dtype), Inp(c, (tuple(c.shape), tuple(c.stride()), c.dtype)))
-    if isinstance(res, (list, tuple)):
-        return type(res)(to_hpu_result(x) for x in res)
-    return res
-
-
-def _dense_layout(t) -> bool:
-    return torch._prims_common.is_non_overlapping_and_dense_or_false(t)
-
-
-# ---------------------------------------------------------------- special ops
-
-def copy_(func, args, kwargs):
-    dst, src_t = args[0], args[1]
-    non_blocking = kwargs.get("non_blocking", args[2] if len(args) > 2 else False)
-    if isinstance(dst, HPUTensor):
-        if isinstance(src_t, HPUTensor):
-            r = lazy_op(aten.copy.default, (dst, src_t), {})   # functional copy (broadcast + cast)
-            write(dst, _value_ref(r), "aten::copy_")
-            return dst
-        # host -> device: pinned + non_blocking is queued on the current stream, else the host
-        # copies now (through a staging buffer if the source is pageable): transfers.py
-        from .transfers import host_to_device
-        val, launch = host_to_device(dst._size, dst._stride, dst.dtype, src_t, non_blocking, "aten::copy_",
-                                     user_src(3), None if S.capture is not None else S.stream)
-        if launch is None:
-            write_concrete(dst, val, op="aten::copy_")
-        else:
-            meta = (dst._size, dst._stride, dst.dtype)
-            if _full(dst) and meta[1] == dst._st.stride:
-                dst._st.value = Inp(None, meta, launch=launch)
-                dst._rc = None
-            else:
-                write(dst, Inp(None, meta, launch=launch), "aten::copy_")
-        return dst
-    # device -> host into an existing CPU tensor
-    dst.copy_(to_cpu(src_t, ".cpu()"), non_blocking=non_blocking)
-    return dst
-
-
-def _value_ref(t):
-    return read_ref(t)
-
-
-def to_copy(func, args, kwargs):
-    x = args[0]
-    dev = kwargs.get("device")
-    if dev is not None and torch.device(dev).type == "cpu":
-        out = to_cpu(x, ".cpu()")
-        kw = {k: v for k, v in kwargs.items() if k not in ("device", "non_blocking", "pin_memory")}
-        if kw.get("dtype") is not None or kw.get("memory_format") is not None:
-            out = out.to(**{k: v for k, v in kw.items() if k in ("dtype", "memory_format")})
-        if kwargs.get("pin_memory"):
-            out = out.pin_memory()          # hpu_lab/pinned.py
-        return out
-    return lazy_op(func, args, kwargs)
-
-
-def local_scalar_dense(func, args, kwargs):
-    return to_cpu(args[0], "bool/float/int of a tensor").item()
-
-
-def view_op(func, args, kwargs):
-    """Views share the storage: no node, just new (size, stride, offset) from the meta kernel."""
-    x = args[0]
-    if not isinstance(x, HPUTensor):
-        return lazy_op(func, args, kwargs)
-    st = x._st
-    extent = storage_extent(st.size, st.stride)
-    margs = [ops.meta_tensor(x._size, x._stride, x.dtype, x._offset, extent)]
-    mkey = [func, x._size, x._stride, x._offset, extent, x.dtype]
-    for a in args[1:]:
-        if isinstance(a, torch.Tensor):
-            return lazy_op(func, args, kwargs)      # e.g. view_as_real with a tensor arg: rare
-        mkey.append(tuple(a) if isinstance(a, list) else a)
-        margs.append(a)
-    mkey.append(tuple(sorted(kwargs.items())))
-
-    def compute():
-        res = ops.run_meta(func, margs, dict(kwargs))
-        for r in (res if isinstance(res, (list, tuple)) else [res]):
-            if r.is_conj() or r.is_neg():
-                raise NotImplementedError(f"{ops.op_name(func)}: conjugate/negative views are not "
-                                          "supported on hpu in hpu_lab; call .resolve_conj() first")
-        if isinstance(res, torch.Tensor):
-            return [(tuple(res.shape), tuple(res.stride()), res.storage_offset(), res.dtype)], True
-        return [(tuple(r.shape), tuple(r.stride()), r.storage_offset(), r.dtype) for r in res], False
-
-    metas, single = ops.cached_meta(tuple(mkey), compute)
-    outs = []
-    for size, stride, off, dtype in metas:
-        if dtype != st.dtype:
-            raise NotImplementedError(f"{ops.op_name(func)}: dtype-reinterpreting views are not supported on hpu")
-        outs.append(HPUTensor(st, size, stride, off, dtype))
-    return outs[0] if single else type(metas)(outs) if False else outs
-
-
-def random_inplace(func, args, kwargs):
-    """Draw on the host from torch's default generator (same numbers as the CPU run)."""
-    t = args[0]
-    if S.capture is not None:
-        S.capture.note_random()
-
-    # the closure keeps no tensor: it lives on in the buffer (Inp.regen), and a tensor in it could
-    # form a cycle through autograd's C++ graph that the garbage collector cannot free
-    size, stride, dtype, rest = t._size, t._stride, t.dtype, args[1:]
-
-    def draw():
-        buf = torch.empty_strided(size, stride, dtype=dtype)
-        return func(buf, *rest, **kwargs)
-
-    write_concrete(t, draw(), regen=draw, op=ops.op_name(func))
-    return t
-
-
-def native_dropout(func, args, kwargs):
-    x, p, train = args[0], args[1], args[2] if len(args) > 2 else kwargs.get("train")
-    if not train or p == 0:
-        return lazy_op(func, args, kwargs)
-    if p >= 1:
-        return lazy_op(func, args, kwargs)
-    # the noise is what CPU's dropout draws: bernoulli(1-p) / (1-p); it becomes a graph input
-    size, dtype = tuple(x.shape), x.dtype       # (no tensor in the closure: see random_inplace)
-
-    def draw():
-        noise = torch.empty(size, dtype=dtype).bernoulli_(1 - p)
-        return noise.div_(1 - p)
-
-    noise = new_storage_tensor(size, _contig(size), x.dtype, None)
-    noise._st.value = Inp(draw(), (size, _contig(size), x.dtype), regen=draw)
-    if S.capture is not None:
-        S.capture.created(noise._st.value)
-    out = lazy_op(aten.mul.Tensor, (x, noise), {})
-    mask = lazy_op(aten.ne.Scalar, (noise, 0), {})
-    return out, mask
-
-
-def _contig(size):
-    stride, acc = [], 1
-    for s in reversed(size):
-        stride.append(acc)
-        acc *= max(s, 1)
-    return tuple(reversed(stride))
-
-
-def resize_(func, args, kwargs):
-    return _resize.resize_(args[0], args[1], lambda dst, src: copy_(None, (dst, src), {}))
-
-
-def set_(func, args, kwargs):
-    raise RuntimeError(f"{ops.op_name(func)} on hpu tensors is not supported in hpu_lab")
-
-
-def lift_fresh(func, args, kwargs):
-    return args[0]
-
-
-def inplace_view(func, args, kwargs):
-    """squeeze_, unsqueeze_, t_, transpose_, swapdims_, as_strided_: the tensor itself becomes the
-    view. No node and no data moves: the view's (size, stride, offset) comes from the functional
-    twin (squeeze, ...), then the wrapper's own metadata is set to it (torch's decompositions use
-    these, e.g. matmul(vector, matrix) and quantile)."""
-    x = args[0]
-    functional = ops.INPLACE_VIEW.get(func)
-    if functional is None or not isinstance(x, HPUTensor):
-        raise NotImplementedError(f"{ops.op_name(func)} is not supported on hpu in hpu_lab")
-    v = view_op(functional, args, kwargs)
-    set_view_meta(x, v._size, v._stride, v._offset)
-    return x
-
-
-def set_view_meta(x, size, stride, offset) -> None:
-    """Make the wrapper ``x`` the view (size, stride, offset) of its storage, in place."""
-    with torch._C._DisableTorchDispatch():
-        aten.as_strided_.default(x, size, stride, offset)
-    x._size, x._stride, x._offset = tuple(size), tuple(stride), offset
-    x._rc = None
-
-
-def physical(op):
-    """conj/neg views carry a bit the wrapper cannot hold: compute them as new tensors instead."""
-    def handler(func, args, kwargs):
-        return lazy_op(op, args, kwargs)
-    return handler
-
-
-def native_layer_norm(func, args, kwargs):
-    """CPU's kernel returns mean and rstd in the input's dtype (the parameters' when they differ,
-    e.g. float32 weights on bfloat16 input); the meta kernel says float32 for reduced precision.
-    The device runs CPU's kernel, so the tensors must say what it returns."""
-    out, mean, rstd = functional_op(func, args, kwargs)
-    w = args[2] if len(args) > 2 else kwargs.get("weight")
-    return (out, *_stats_dtype(args[0], w, mean, rstd))
-
-
-def batch_norm_with_update(func, args, kwargs):
-    """Writes the running stats *and* returns four new tensors (not the written args, which the
-    generic in-place path returns): computed by its functional twin, then the stats rebound."""
-    res = functional_op(aten._batch_norm_with_update_functional.default, args, kwargs)
-    for target, new in zip((args[3], args[4]), res[4:]):
-        if not isinstance(target, HPUTensor):
-            raise _same_device_error(target.device)
-        write(target, read_ref(new), ops.op_name(func))
-    out, mean, rstd, reserve = res[:4]
-    return (out, *_stats_dtype(args[0], args[1], mean, rstd), reserve)
-
-
-def _stats_dtype(x, w, *stats):
-    """Normalisation statistics in the dtype CPU's kernel gives them: the parameters' if they
-    differ from the input's (float32 weights on bfloat16 input), else the input's (meta says
-    float32 for reduced precision)."""
-    want = w.dtype if isinstance(w, torch.Tensor) and w.dtype != x.dtype else x.dtype
-    return [t if t.dtype == want else functional_op(aten._to_copy.default, (t,), {"dtype": want})
-            for t in stats]
-
-
-SPECIAL = {
-    aten._batch_norm_with_update.default: batch_norm_with_update,
-    aten.native_layer_norm.default: native_layer_norm,
-    aten.copy_.default: copy_,
-    aten._to_copy.default: to_copy,
-    aten._local_scalar_dense.default: local_scalar_dense,
-    aten.native_dropout.default: native_dropout,
-    aten.resize_.default: resize_,
-    aten.set_.source_Tensor: set_,
-    aten.set_.source_Storage: set_,
-    aten.set_.source_Storage_storage_offset: set_,
-    aten.lift_fresh.default: lift_fresh,
-    aten._conj.default: physical(aten.conj_physical.default),
-    aten._neg_view.default: physical(aten.neg.default),
-}
-for _f in ops.RANDOM_INPLACE:
-    SPECIAL[_f] = random_inplace
-
-
-def _data_dependent(func, args, kwargs):
-    return host_op(func, args, kwargs, f"data-dependent op {ops.op_name(func)}")
-
-
-def _random_on_host(func, args, kwargs):
-    # drawn on the host from torch's default generator, in program order: same numbers as CPU
-    return host_op(func, args, kwargs, f"random op {ops.op_name(func)} (drawn on the host)")
-
-
-def _resolve(func):
-    """The handler of an op, decided once per op (dispatch is on every op's path)."""
-    h = SPECIAL.get(func)
-    if h is not None:
-        return h
-    if func in ops.INPLACE_VIEW:
-        return inplace_view
-    if func in ops.DATA_DEPENDENT:
-        return _data_dependent
-    if torch.Tag.nondeterministic_seeded in getattr(func, "tags", ()):
-        return _random_on_host
-    info = ops.inplace_info(func)
-    if ops.is_view(func):
-        return inplace_view if info is not None and info[0] else view_op
-    if info is not None and info[2] is not None and ops.is_view(info[2]):
-        return inplace_view          # squeeze_, t_, transpose_: the functional twin is a view
-    if info is None:
-        return functional_op
-    return lazy_op
-
-
-_HANDLER: dict = {}
-_HANDLER_KEEP: list = []
-
-
-def dispatch(func, args, kwargs):
-    h = _HANDLER.get(id(func))
-    if h is None:
-        h = _HANDLER[id(func)] = _resolve(func)
-        _HANDLER_KEEP.append(func)
-    if S.eager:
-        from .eager import run          # eager mode: this op is launched as soon as it returns
-        return run(h, func, args, kwargs)
-    return h(func, args, kwargs)
-
-
-def register_special(func, handler) -> None:
-    """Route ``func`` to ``handler(func, args, kwargs)`` (used by fallback, amp, graphs)."""
-    SPECIAL[func] = handler
-    _HANDLER.pop(id(func), None)
-
-
-def reset_dispatch_cache() -> None:
-    _HANDLER.clear()
-
-
 # ---------------------------------------------------------------- mark_step and synchronize
 
 def mark_step(device_str: str = "", sync: bool = False):
@@ -1113,7 +749,6 @@ def _set_reason(reason: str) -> None:
 
 def _install():
     from . import tensor
-    tensor._dispatch = dispatch
     tensor._to_cpu = to_cpu
     tensor._set_reason = _set_reason
 

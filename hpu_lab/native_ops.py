@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import torch
 
-from . import lazy
+from . import route
 
 aten = torch.ops.aten
 
 
 def _convolution(func, args, kwargs):
-    return lazy.dispatch(aten.convolution.default, args, kwargs)
+    return route.dispatch(aten.convolution.default, args, kwargs)
 
 
 def _convolution_backward(func, args, kwargs):
@@ -24,11 +24,11 @@ def _convolution_backward(func, args, kwargs):
     w, transposed, groups = v["weight"], v["transposed"], v["groups"]
     # the bias gradient's size: output channels (a transposed convolution's weight is [in, out/groups, ...])
     bias_sizes = [w.shape[1] * groups] if transposed else [w.shape[0]]
-    return lazy.dispatch(aten.convolution_backward.default,
-                         (v["grad_output"], v["input"], w, bias_sizes, v["stride"], v["padding"], v["dilation"],
+    return route.dispatch(aten.convolution_backward.default,
+                          (v["grad_output"], v["input"], w, bias_sizes, v["stride"], v["padding"], v["dilation"],
                           transposed, v["output_padding"], groups, v["output_mask"]), {})
 
 
 def install() -> None:
-    lazy.register_special(aten.convolution_overrideable.default, _convolution)
-    lazy.register_special(aten.convolution_backward_overrideable.default, _convolution_backward)
+    route.register_special(aten.convolution_overrideable.default, _convolution)
+    route.register_special(aten.convolution_backward_overrideable.default, _convolution_backward)

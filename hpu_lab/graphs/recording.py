@@ -25,6 +25,7 @@ import weakref
 
 from .. import events as ev
 from .. import lazy
+from ..capture import GraphCapture
 from ..runtime import executor
 from .._source import user_src
 from ..tensor import Inp, Out
@@ -88,8 +89,9 @@ class DryRunValue(executor.DeviceError):
 _dry_ids = itertools.count(1)
 
 
-class Capture:
-    """The object ``lazy.S.capture`` points to while an HPUGraph captures."""
+class Capture(GraphCapture):
+    """The object ``lazy.S.capture`` points to while an HPUGraph captures (the ``GraphCapture``
+    protocol of capture.py: what the op path calls)."""
 
     def __init__(self, graph, dry_run: bool, src: str):
         self.graph = graph

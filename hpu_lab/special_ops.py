@@ -1,0 +1,204 @@
+"""The special ops: ops the generic lazy path cannot take as they are (a copy across devices, a
+host draw, a view that needs a physical result, statistics in another dtype, ``out=``...). Each is
+a handler ``fn(func, args, kwargs)``; route.py sends the ops of ``HANDLERS`` here."""
+from __future__ import annotations
+
+import torch
+
+from . import ops
+from . import resize as _resize  # out= / resize_ (issue 16)
+from ._source import user_src
+from .lazy import (S, _full, _same_device_error, functional_op, lazy_op, read_ref, to_cpu, write,
+                   write_concrete)
+from .tensor import HPU, HPUTensor, Inp, new_storage_tensor
+
+aten = torch.ops.aten
+
+
+def copy_(func, args, kwargs):
+    dst, src_t = args[0], args[1]
+    non_blocking = kwargs.get("non_blocking", args[2] if len(args) > 2 else False)
+    if isinstance(dst, HPUTensor):
+        if isinstance(src_t, HPUTensor):
+            r = lazy_op(aten.copy.default, (dst, src_t), {})   # functional copy (broadcast + cast)
+            write(dst, _value_ref(r), "aten::copy_")
+            return dst
+        # host -> device: pinned + non_blocking is queued on the current stream, else the host
+        # copies now (through a staging buffer if the source is pageable): transfers.py
+        from .transfers import host_to_device
+        val, launch = host_to_device(dst._size, dst._stride, dst.dtype, src_t, non_blocking, "aten::copy_",
+                                     user_src(3), None if S.capture is not None else S.stream)
+        if launch is None:
+            write_concrete(dst, val, op="aten::copy_")
+        else:
+            meta = (dst._size, dst._stride, dst.dtype)
+            if _full(dst) and meta[1] == dst._st.stride:
+                dst._st.value = Inp(None, meta, launch=launch)
+                dst._rc = None
+            else:
+                write(dst, Inp(None, meta, launch=launch), "aten::copy_")
+        return dst
+    # device -> host into an existing CPU tensor
+    dst.copy_(to_cpu(src_t, ".cpu()"), non_blocking=non_blocking)
+    return dst
+
+
+def _value_ref(t):
+    return read_ref(t)
+
+
+def to_copy(func, args, kwargs):
+    x = args[0]
+    dev = kwargs.get("device")
+    if dev is not None and torch.device(dev).type == "cpu":
+        out = to_cpu(x, ".cpu()")
+        kw = {k: v for k, v in kwargs.items() if k not in ("device", "non_blocking", "pin_memory")}
+        if kw.get("dtype") is not None or kw.get("memory_format") is not None:
+            out = out.to(**{k: v for k, v in kw.items() if k in ("dtype", "memory_format")})
+        if kwargs.get("pin_memory"):
+            out = out.pin_memory()          # hpu_lab/pinned.py
+        return out
+    return lazy_op(func, args, kwargs)
+
+
+def local_scalar_dense(func, args, kwargs):
+    return to_cpu(args[0], "bool/float/int of a tensor").item()
+
+
+def random_inplace(func, args, kwargs):
+    """Draw on the host from torch's default generator (same numbers as the CPU run)."""
+    t = args[0]
+    if S.capture is not None:
+        S.capture.note_random()
+
+    # the closure keeps no tensor: it lives on in the buffer (Inp.regen), and a tensor in it could
+    # form a cycle through autograd's C++ graph that the garbage collector cannot free
+    size, stride, dtype, rest = t._size, t._stride, t.dtype, args[1:]
+
+    def draw():
+        buf = torch.empty_strided(size, stride, dtype=dtype)
+        return func(buf, *rest, **kwargs)
+
+    write_concrete(t, draw(), regen=draw, op=ops.op_name(func))
+    return t
+
+
+def native_dropout(func, args, kwargs):
+    x, p, train = args[0], args[1], args[2] if len(args) > 2 else kwargs.get("train")
+    if not train or p == 0:
+        return lazy_op(func, args, kwargs)
+    if p >= 1:
+        return lazy_op(func, args, kwargs)
+    # the noise is what CPU's dropout draws: bernoulli(1-p) / (1-p); it becomes a graph input
+    size, dtype = tuple(x.shape), x.dtype       # (no tensor in the closure: see random_inplace)
+
+    def draw():
+        noise = torch.empty(size, dtype=dtype).bernoulli_(1 - p)
+        return noise.div_(1 - p)
+
+    noise = new_storage_tensor(size, _contig(size), x.dtype, None)
+    noise._st.value = Inp(draw(), (size, _contig(size), x.dtype), regen=draw)
+    if S.capture is not None:
+        S.capture.created(noise._st.value)
+    out = lazy_op(aten.mul.Tensor, (x, noise), {})
+    mask = lazy_op(aten.ne.Scalar, (noise, 0), {})
+    return out, mask
+
+
+def _contig(size):
+    stride, acc = [], 1
+    for s in reversed(size):
+        stride.append(acc)
+        acc *= max(s, 1)
+    return tuple(reversed(stride))
+
+
+def resize_(func, args, kwargs):
+    return _resize.resize_(args[0], args[1], lambda dst, src: copy_(None, (dst, src), {}))
+
+
+def set_(func, args, kwargs):
+    raise RuntimeError(f"{ops.op_name(func)} on hpu tensors is not supported in hpu_lab")
+
+
+def lift_fresh(func, args, kwargs):
+    return args[0]
+
+
+def physical(op):
+    """conj/neg views carry a bit the wrapper cannot hold: compute them as new tensors instead."""
+    def handler(func, args, kwargs):
+        return lazy_op(op, args, kwargs)
+    return handler
+
+
+def native_layer_norm(func, args, kwargs):
+    """CPU's kernel returns mean and rstd in the input's dtype (the parameters' when they differ,
+    e.g. float32 weights on bfloat16 input); the meta kernel says float32 for reduced precision.
+    The device runs CPU's kernel, so the tensors must say what it returns."""
+    out, mean, rstd = functional_op(func, args, kwargs)
+    w = args[2] if len(args) > 2 else kwargs.get("weight")
+    return (out, *_stats_dtype(args[0], w, mean, rstd))
+
+
+def batch_norm_with_update(func, args, kwargs):
+    """Writes the running stats *and* returns four new tensors (not the written args, which the
+    generic in-place path returns): computed by its functional twin, then the stats rebound."""
+    res = functional_op(aten._batch_norm_with_update_functional.default, args, kwargs)
+    for target, new in zip((args[3], args[4]), res[4:]):
+        if not isinstance(target, HPUTensor):
+            raise _same_device_error(target.device)
+        write(target, read_ref(new), ops.op_name(func))
+    out, mean, rstd, reserve = res[:4]
+    return (out, *_stats_dtype(args[0], args[1], mean, rstd), reserve)
+
+
+def _stats_dtype(x, w, *stats):
+    """Normalisation statistics in the dtype CPU's kernel gives them: the parameters' if they
+    differ from the input's (float32 weights on bfloat16 input), else the input's (meta says
+    float32 for reduced precision)."""
+    want = w.dtype if isinstance(w, torch.Tensor) and w.dtype != x.dtype else x.dtype
+    return [t if t.dtype == want else functional_op(aten._to_copy.default, (t,), {"dtype": want})
+            for t in stats]
+
+
+def out_variant(func, args, kwargs):
+    """``op(..., out=t)``: compute into fresh buffers and write them into the out tensors."""
+    out_kw = ops.inplace_info(func)[1]
+    outs = [kwargs[k] for k in out_kw]
+    kw = {k: v for k, v in kwargs.items() if k not in out_kw}
+    # the functional form: the same op without out= (e.g. arange.start_out -> arange.start)
+    name = func._schema.name.split("::")[1]
+    packet = getattr(aten, name)
+    for ov in packet.overloads():
+        cand = getattr(packet, ov)
+        if not any(a.alias_info is not None and a.alias_info.is_write for a in cand._schema.arguments):
+            try:
+                res = cand(*args, **kw, **({"device": HPU} if "device" in
+                                            [a.name for a in cand._schema.arguments] and not any(
+                                                isinstance(a, HPUTensor) for a in args) else {}))
+            except (TypeError, RuntimeError):
+                continue
+            res_list = res if isinstance(res, (list, tuple)) else [res]
+            for o, r in zip(outs, res_list):
+                _resize.resize_output(o, r.shape)      # as stock PyTorch: resized, warned if non-empty
+                copy_(None, (o, r), {})
+            return outs[0] if len(outs) == 1 else tuple(outs)
+    raise NotImplementedError(f"{ops.op_name(func)} with out= is not supported on hpu")
+
+
+HANDLERS = {    # the router's special-op table starts as this (route.py owns it)
+    aten._batch_norm_with_update.default: batch_norm_with_update,
+    aten.native_layer_norm.default: native_layer_norm,
+    aten.copy_.default: copy_,
+    aten._to_copy.default: to_copy,
+    aten._local_scalar_dense.default: local_scalar_dense,
+    aten.native_dropout.default: native_dropout,
+    aten.resize_.default: resize_,
+    aten.set_.source_Tensor: set_,
+    aten.set_.source_Storage: set_,
+    aten.set_.source_Storage_storage_offset: set_,
+    aten.lift_fresh.default: lift_fresh,
+    aten._conj.default: physical(aten.conj_physical.default),
+    aten._neg_view.default: physical(aten.neg.default),
+}
