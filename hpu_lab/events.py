@@ -273,6 +273,39 @@ class Handle:
 BLOCKED_MIN_NS = 1_000_000
 
 
+def _gil_holding_pread():
+    """A pread(2) that keeps the interpreter lock. ``os.pread`` releases it, and a thread that
+    releases the lock while another thread runs Python (the emulator's device thread, a kernel's
+    I/O thread) gets it back only after the switch interval (5 ms): a stamp that read the run-queue
+    delay that way cost up to 5 ms of waiting, about once a millisecond, and the wait landed in the
+    next gap as "blocked" host time. Reading /proc/thread-self/schedstat takes a few microseconds
+    and never blocks, so holding the lock through it is harmless. Falls back to os.pread."""
+    try:
+        import ctypes
+        libc = ctypes.PyDLL(None)               # PyDLL: calls keep the GIL
+        fn = libc.pread
+        fn.restype, fn.argtypes = ctypes.c_ssize_t, (ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t,
+                                                     ctypes.c_long)
+        buf = ctypes.create_string_buffer(64)
+
+        def pread(fd: int) -> bytes:
+            n = fn(fd, buf, 64, 0)
+            if n < 0:
+                raise OSError(ctypes.get_errno(), "pread")
+            return buf.raw[:n]
+        return pread
+    except (ImportError, AttributeError, OSError):
+        return lambda fd: os.pread(fd, 64, 0)
+
+
+_pread_holding_gil = _gil_holding_pread()
+
+# Observers that return within this much wall time are charged their wall time as their CPU time
+# (a list.append, a collector: the chance of being descheduled inside ~1 us is nil); longer ones
+# are charged their exact CPU time, which costs a second thread-clock reading (~2 us on a VM).
+OBSERVER_EXACT_NS = 20_000
+
+
 class _ThreadClock:
     """Per-thread counters behind the stamps: CPU time inside observers, and the run-queue delay."""
     __slots__ = ("observers", "last_user", "fd", "last_runq", "runq_at", "gap_end")
@@ -292,7 +325,7 @@ class _ThreadClock:
         if self.fd is None:
             return 0
         try:
-            return int(os.pread(self.fd, 64, 0).split()[1])
+            return int(_pread_holding_gil(self.fd).split()[1])
         except (OSError, IndexError, ValueError):
             return 0
 
@@ -387,6 +420,7 @@ class Recorder:
         if self._muted:
             return
         c0 = thread_cpu()
+        w0 = _perf_ns()
         tls = self._tls
         clock = getattr(tls, "clock", None)
         if clock is None:
@@ -420,11 +454,13 @@ class Recorder:
             fn(event)
         for fn in some:
             fn(event)
-        c1 = thread_cpu()
-        clock.observers += c1 - c0
-        hc.last_wall = t = _perf_ns()
+        t = _perf_ns()
         if t - clock.runq_at > BLOCKED_MIN_NS:     # a fresh baseline for the next gap (~1 read/ms)
             clock.last_runq, clock.runq_at = clock._runq(), t
+            t = _perf_ns()
+        # what this emit cost (stamping, observers, the baseline read) is not the user's CPU time
+        clock.observers += t - w0 if t - w0 < OBSERVER_EXACT_NS else thread_cpu() - c0
+        hc.last_wall = _perf_ns()
 
     def host_clock(self) -> Tuple[int, int]:
         """(cpu_ns, blocked_ns) of the host lane now, on the scale of the stamps (includes the

@@ -268,5 +268,30 @@ def test_live_timeline_shows_the_latest_steps(monkeypatch):
     p._live_now = True
     p.refresh(["Timeline"])
     n, kw = calls[-1]
-    assert kw["step_range"] == (30 - pn.LIVE_STEPS, 29) and n < len(evs) / 2
+    assert kw["step_range"] == (30 - pn.LIVE_STEPS, 29) and n == len(evs)
     assert kw["title"].startswith("Running: steps") and kw["t0_ns"] == evs[0].t_start
+
+
+def test_a_growing_section_is_retimed_only_in_its_new_tail(monkeypatch):
+    """A live panel's redraws re-time only the events that arrived since the previous one, and the
+    result equals re-timing the whole list at once (the Gaudi clock is a pure function of it)."""
+    from hpu_lab import perfmodel as pm
+    from hpu_lab.perfmodel import timeline as tl
+    from widgets import common
+    evs = host_bound_loop(steps=30)
+    fed = []
+    real = tl.Retimer.feed
+    monkeypatch.setattr(tl.Retimer, "feed", lambda self, es: fed.append(len(es)) or real(self, es))
+    common._RETIMED.clear()
+    widgets.set_clock("gaudi")                           # (the fixture sets the measured one back after)
+    half = len(evs) // 2
+    p = widgets.SectionPanel("", evs[:half])
+    p.refresh(["Timeline"])
+    p.events.extend(evs[half:])
+    p.refresh(["Timeline", "Metrics"])
+    assert fed == [half, len(evs) - half]               # the second refresh fed the new tail only, once
+    _, _, r = common.on_clock(list(p.events))
+    whole = pm.retime(evs)
+    assert [(e.t_start, e.t_end) for e in r.events] == [(e.t_start, e.t_end) for e in whole.events]
+    assert (r.host_ns, r.device_busy_ns, r.wall_ns, r.verdict) == \
+        (whole.host_ns, whole.device_busy_ns, whole.wall_ns, whole.verdict)

@@ -67,19 +67,35 @@ def on_clock(events: Sequence[ev.Event], clock: Optional[str] = None, device=Non
     from hpu_lab import perfmodel
     card = perfmodel.card(device if device is not None else CLOCK["device"])
     events = events if isinstance(events, list) else list(events)
-    # one panel refresh asks for the same list in several tabs: re-time it once
-    key = (card.name, len(events), id(events[0]) if events else 0, id(events[-1]) if events else 0)
-    hit = _RETIMED.get(key)
-    if hit is not None and (not events or hit[0] is events[0]):
-        r = hit[1]
-    else:
-        r = perfmodel.retime(events, card)
-        _RETIMED.clear()                       # keep one: the events are the caller's, not ours
-        _RETIMED[key] = (events[0] if events else None, r)
+    r = _retimed(events, card)
     return r.events, f"Gaudi clock: {r.card.device_name} (modeled)", r
 
 
-_RETIMED: dict = {}
+# Re-timings kept for lists that grow: one panel refresh asks for the same list in several tabs, and
+# a live panel's next refresh sees the same events plus new ones. A list whose first events are the
+# ones a kept Retimer was fed is re-timed from where that one stopped (only the new tail). A few
+# are kept (the section's list, the tail a live timeline draws), the oldest dropped first.
+_RETIMED: dict = {}          # (card name, id(first event)) -> [Retimer, first event, Retimed or None]
+_KEEP = 4
+
+
+def _retimed(events: list, card):
+    from hpu_lab.perfmodel.timeline import Retimer
+    if not events:
+        return Retimer(card).result()
+    key = (card.name, id(events[0]))
+    hit = _RETIMED.get(key)
+    if hit is None or hit[1] is not events[0] or not hit[0].continues(events):
+        hit = [Retimer(card), events[0], None]
+    _RETIMED.pop(key, None)
+    _RETIMED[key] = hit                        # most recently used last
+    while len(_RETIMED) > _KEEP:
+        _RETIMED.pop(next(iter(_RETIMED)))
+    retimer = hit[0]
+    if retimer.n < len(events) or hit[2] is None:
+        retimer.feed(events[retimer.n:])
+        hit[2] = retimer.result()
+    return hit[2]
 
 
 def ns_origin(events: Sequence[ev.Event]) -> int:

@@ -266,18 +266,18 @@ class SectionPanel:
             lo, hi = self.step_range.value
             full = (lo, hi) == (self.step_range.min, self.step_range.max)
             title = f"{self.title}: host and device timeline" if self.title else None
-            steps, shown = (None if full else (lo, hi)), events
+            # the whole section is re-timed (incrementally: common.on_clock continues from the events
+            # it re-timed at the previous redraw), then a window of its steps is drawn
+            steps = None if full else (lo, hi)
             if self._live_now and full and hi - lo >= LIVE_STEPS:
                 steps = (hi - LIVE_STEPS + 1, hi)
-                shown = tail_from_step(events, steps[0])
                 title = f"Running: steps {steps[0]}\u2013{hi} (the latest {FINAL_STEPS} when the cell ends)"
             elif full and hi - lo >= FINAL_STEPS:
                 # hundreds of steps are a blur at this width, and drawing them costs seconds
                 steps = (hi - FINAL_STEPS + 1, hi)
-                shown = tail_from_step(events, steps[0])
                 title = (f"{self.title + ': ' if self.title else ''}steps {steps[0]}\u2013{hi} of {lo}\u2013{hi} "
                          "(move the steps slider for others)")
-            fig = draw_timeline(shown, step_range=steps, title=title, t0_ns=ns_origin(events),
+            fig = draw_timeline(events, step_range=steps, title=title, t0_ns=ns_origin(events),
                                 clock=self.clock_select.value)
             out.outputs = (figure_bundle(fig, LIVE_DPI if self._live_now else self.dpi),)
         elif name == "Recompiles":
@@ -336,6 +336,17 @@ class SectionPanel:
                 f"{100 * self.overhead():.1f}% of the {s['wall_s']:.2f} s the section ran" if s["wall_s"] > 0 else "")
         self.status.value = (f"<span style='color:#555;font-size:12px'>{state}: {len(self.events)} events"
                              f"{live}</span>")
+
+    def timeline_png(self) -> Optional[bytes]:
+        """The PNG of the Timeline tab as drawn when the section finished (None if it was not drawn
+        then): the static picture of the section reuses it instead of drawing it again."""
+        if not self.finished or "Timeline" in self._dirty:
+            return None
+        for out in self.outputs["Timeline"].outputs:
+            b64 = out.get("data", {}).get("image/png")
+            if b64:
+                return base64.b64decode(b64)
+        return None
 
     def overhead(self) -> float:
         """Fraction of the section's wall time spent on live redraws."""

@@ -78,10 +78,14 @@ def display_panel(panel):
 
 def leave_picture(handle, panel, picture: str = "timeline", dpi: int = 80) -> Optional[bytes]:
     """Update the panel's display to carry the picture of its section too; the PNG, or None."""
-    fig = panel_figure(panel.title, list(panel.events), picture)
-    if fig is None:
-        return None
-    png = png_bytes(fig, dpi)
+    drawn = panel.timeline_png() if picture == "timeline" else None
+    if drawn is not None:              # the finished panel just drew it: the same picture, not a second draw
+        png = palette(drawn)
+    else:
+        fig = panel_figure(panel.title, list(panel.events), picture)
+        if fig is None:
+            return None
+        png = png_bytes(fig, dpi)
     bundle = panel.widget._repr_mimebundle_()
     handle.update({VIEW: bundle[VIEW], "image/png": base64.b64encode(png).decode("ascii"),
                    "text/plain": _text(panel.title)}, raw=True)

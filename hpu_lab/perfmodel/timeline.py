@@ -129,155 +129,200 @@ class _CostCache:
         return c
 
 
-def retime(events: Sequence[ev.Event], card: Card, fusion: bool = True) -> Retimed:
-    events = list(events)
-    if not events:
-        return Retimed(card, [], {"host": []})
-    t0 = min(e.t_start for e in events)
-    costs = _CostCache(card, fusion)
-    host_events = [e for e in events if e.lane == "host"]
-    # copies queued on a stream (pinned + non_blocking): the DMA goes on that stream's lane, placed
-    # in list order with the host's events, so later launches on that stream order after it
-    queued = {id(e) for e in events if type(e) is ev.HostToDevice and e.lane != "host" and e.stream >= 0}
-    walk = [e for e in events if e.lane == "host" or id(e) in queued]
-    other = [e for e in events if e.lane != "host" and id(e) not in queued]
+class Retimer:
+    """The Gaudi clock's state after the events fed so far: ``feed(more)`` continues from the last
+    event (a live panel re-times only what is new), ``result()`` is the Retimed of everything fed.
+    ``retime(events)`` == ``Retimer(card).feed(events).result()``: the state at an event depends
+    only on the events before it, so feeding a list in pieces gives the same result as at once.
 
-    new: Dict[int, ev.Event] = {}             # id(original) -> re-timed copy
-    extra: List[ev.Event] = []
-    spans: Dict[str, List[Span]] = {"host": []}
-    launch_end: Dict[int, int] = {}           # launch_id -> modeled end
-    launch_span: Dict[int, tuple] = {}        # launch_id -> (lane, start, end)
-    free: Dict[str, int] = {}                 # device lane -> free at
-    wall_marks: List[int] = []                # wall t_end of each host event (for enclosing spans)
-    host_marks: List[int] = []                # modeled time at that event
+    Host events (and copies queued on a stream) are walked in list order; a device execution takes
+    its launch's modeled span (it may be listed before its launch: the device thread emits it; it
+    waits until the launch is fed)."""
 
-    H = 0
-    prev_cpu = prev_blocked = None
-    prev_wall = t0
-    sync_wait = blocked_total = compile_total = 0
-    n_launch = 0
-    per_step: Dict[int, dict] = {}
+    def __init__(self, card: Card, fusion: bool = True):
+        self.card, self.fusion = card, fusion
+        self.costs = _CostCache(card, fusion)
+        self.n = 0                                # events fed
+        self.last = None                          # the last event fed (to check a list only grew)
+        self.t0: Optional[int] = None
+        self.out: List[ev.Event] = []             # re-timed copies, in input order
+        self.extra: List[ev.Event] = []           # HostWait events made by the model
+        self.spans: Dict[str, List[Span]] = {"host": []}
+        self.launch_end: Dict[int, int] = {}      # launch_id -> modeled end
+        self.launch_span: Dict[int, tuple] = {}   # launch_id -> (lane, start, end)
+        self.launches: Dict[int, ev.Event] = {}   # launch_id -> its Launch event
+        self.executed: set = set()                # launch_ids whose DeviceExecution was fed
+        self.waiting: Dict[int, List[int]] = {}   # launch_id -> out positions of executions fed first
+        self.free: Dict[str, int] = {}            # device lane -> free at
+        self.wall_marks: List[int] = []           # wall t_end of each host event (enclosing spans)
+        self.host_marks: List[int] = []           # modeled time at that event
+        self.H = 0
+        self.prev_cpu = self.prev_blocked = None
+        self.prev_wall = None
+        self.sync_wait = self.blocked_total = self.compile_total = 0
+        self.n_launch = 0
+        self.per_step: Dict[int, dict] = {}
 
-    def device_span(lane, kind, start, dur, step, label, launch=None):
-        s = max(start, free.get(lane, 0))
+    def _device_span(self, lane, kind, start, dur, step, label):
+        s = max(start, self.free.get(lane, 0))
         e_ = s + dur
-        free[lane] = e_
-        spans.setdefault(lane, []).append(Span(lane, kind, s, e_, step, label))
+        self.free[lane] = e_
+        self.spans.setdefault(lane, []).append(Span(lane, kind, s, e_, step, label))
         return s, e_
 
-    OpAcc = ev.OpAccumulated
-    for e in walk:
-        if e.lane != "host":                   # a queued copy: the host does not wait for it. It was
-            # queued before it ran (when it was emitted): H, the host's place now, bounds that above
-            s, f = device_span(e.lane, "copy H2D", H, cost.copy_ns(e.nbytes, card, pinned=True), e.step,
-                               f"copy {e.nbytes / 1e6:.2g} MB")
-            new[id(e)] = _moved(e, s, f)
-            continue
-        c, b = e.cpu_ns, e.blocked_ns
-        if type(e) is OpAcc and c >= 0 and prev_cpu is not None and prev_cpu >= 0 and b == prev_blocked:
-            # fast path for the most common event (an instant, no wait before it)
-            end = H + max(c - prev_cpu, 0)
-            new[id(e)] = _moved(e, end, end)
+    def feed(self, events: Sequence[ev.Event]) -> "Retimer":
+        if not events:
+            return self
+        if self.t0 is None:
+            # the clock's zero: the first event (events carry perf_counter times; a device event
+            # listed first may have started a little earlier: it is re-timed anyway)
+            self.t0 = min(e.t_start for e in events[:64])
+            self.prev_wall = self.t0
+        card, costs, out, spans = self.card, self.costs, self.out, self.spans
+        host_spans = spans["host"]
+        launch_end, launch_span, free = self.launch_end, self.launch_span, self.free
+        wall_marks, host_marks, per_step = self.wall_marks, self.host_marks, self.per_step
+        H, prev_cpu, prev_blocked, prev_wall = self.H, self.prev_cpu, self.prev_blocked, self.prev_wall
+        OpAcc, HostToDevice = ev.OpAccumulated, ev.HostToDevice
+        for e in events:
+            lane = e.lane
+            if lane != "host":
+                if type(e) is HostToDevice and e.stream >= 0:
+                    # a queued copy: the host does not wait for it. It was queued before it ran (when
+                    # it was emitted): H, the host's place now, bounds that above
+                    s, f = self._device_span(lane, "copy H2D", H, cost.copy_ns(e.nbytes, card, pinned=True),
+                                             e.step, f"copy {e.nbytes / 1e6:.2g} MB")
+                    out.append(_moved(e, s, f))
+                elif isinstance(e, ev.DeviceExecution):
+                    sp = launch_span.get(e.launch_id)
+                    if sp is None:               # its launch is not fed yet (or not in the list)
+                        self.waiting.setdefault(e.launch_id, []).append(len(out))
+                        out.append(_moved(e, 0, 0))
+                    else:
+                        out.append(_moved(e, sp[1], sp[2], sp[0]))
+                    self.executed.add(e.launch_id)
+                elif isinstance(e, ev.Collective):
+                    s, f = self._device_span(lane, "collective", 0,
+                                             cost.collective_ns(e.op, e.nbytes, e.world_size, card), e.step, e.op)
+                    out.append(_moved(e, s, f))
+                else:
+                    out.append(_moved(e, 0, 0))
+                continue
+            c, b = e.cpu_ns, e.blocked_ns
+            if type(e) is OpAcc and c >= 0 and prev_cpu is not None and prev_cpu >= 0 and b == prev_blocked:
+                # fast path for the most common event (an instant, no wait before it)
+                end = H + max(c - prev_cpu, 0)
+                out.append(_moved(e, end, end))
+                st = per_step.get(e.step)
+                if st is None:
+                    st = per_step[e.step] = {"host_ns": 0, "device_ns": 0, "sync_wait_ns": 0}
+                st["host_ns"] += end - H
+                H = end
+                wall_marks.append(e.t_end)
+                host_marks.append(end)
+                prev_cpu, prev_wall = c, e.t_end
+                continue
+            wall_dur = e.t_end - e.t_start
+            if c >= 0 and prev_cpu is not None and prev_cpu >= 0:
+                d_cpu = max(c - prev_cpu, 0)
+                cpu_span = min(wall_dur, d_cpu)
+                gap = d_cpu - cpu_span
+                blk = max(b - prev_blocked, 0) if b >= 0 and prev_blocked is not None and prev_blocked >= 0 else 0
+            else:                                  # no stamps: wall clock
+                cpu_span = wall_dur
+                gap = max(e.t_start - prev_wall, 0)
+                blk = 0
+            if blk:
+                ws = H + gap
+                self.extra.append(ev.HostWait(ws, ws + blk, "host", e.step, reason="blocked outside hpu_lab"))
+                host_spans.append(Span("host", "host wait", ws, ws + blk, e.step, "blocked outside hpu_lab"))
+                self.blocked_total += blk
+            start = H + gap + blk
+            kind = type(e)
+            wait = 0
+            if kind is ev.HostSync:
+                if e.launch_id:
+                    need = launch_end.get(e.launch_id, 0)
+                elif wall_dur > 0:
+                    need = max(free.values(), default=0)
+                else:
+                    need = 0
+                end = max(start + cpu_span, need)
+                wait = end - (start + cpu_span)
+                self.sync_wait += wait
+            elif kind is HostToDevice:
+                # the host did this copy and waited (stream -1; non_blocking from pageable memory
+                # cannot help): its staging memcpy of a pageable source, then the DMA over the host link
+                end = start + cost.copy_ns(e.nbytes, card, pinned=True) + cost.staging_ns(e.staging_bytes)
+            elif kind is ev.DeviceToHost:
+                end = start + cost.copy_ns(e.nbytes, card, pinned=e.pinned)
+            elif kind is ev.Collective:
+                end = start + cost.collective_ns(e.op, e.nbytes, e.world_size, card)
+            elif isinstance(e, _ENCLOSING):
+                i = bisect.bisect_right(wall_marks, e.t_start) - 1
+                start = host_marks[i] if i >= 0 else start
+                end = H + gap + blk + cpu_span
+            else:
+                end = start + cpu_span
+                if kind is ev.Compile:
+                    self.compile_total += end - start
+            if kind is ev.Launch:
+                self.n_launch += 1
+                dlane = f"hpu:{e.stream}"
+                dur = costs.recipe(e.key, e.graph) if e.graph is not None else card.recipe_launch_ns
+                s, f = self._device_span(dlane, "execute", end, dur, e.step, f"{e.key[:6]}")
+                launch_end[e.launch_id] = f
+                launch_span[e.launch_id] = (dlane, s, f)
+                self.launches[e.launch_id] = e
+                for i in self.waiting.pop(e.launch_id, ()):     # executions listed before their launch
+                    out[i] = _moved(out[i], s, f, dlane)
+            out.append(_moved(e, start, end))
             st = per_step.get(e.step)
             if st is None:
                 st = per_step[e.step] = {"host_ns": 0, "device_ns": 0, "sync_wait_ns": 0}
-            st["host_ns"] += end - H
-            H = end
+            st["host_ns"] += max(end - H, 0) - wait
+            st["sync_wait_ns"] += wait
+            if kind is ev.Launch:
+                st["device_ns"] += launch_end[e.launch_id] - launch_span[e.launch_id][1]
+            H = max(H, end)
             wall_marks.append(e.t_end)
             host_marks.append(end)
-            prev_cpu, prev_wall = c, e.t_end
-            continue
-        wall_dur = e.t_end - e.t_start
-        if e.cpu_ns >= 0 and prev_cpu is not None and prev_cpu >= 0:
-            d_cpu = max(e.cpu_ns - prev_cpu, 0)
-            cpu_span = min(wall_dur, d_cpu)
-            gap = d_cpu - cpu_span
-            blk = max(e.blocked_ns - prev_blocked, 0) if e.blocked_ns >= 0 and prev_blocked is not None \
-                and prev_blocked >= 0 else 0
-        else:                                  # no stamps: wall clock
-            cpu_span = wall_dur
-            gap = max(e.t_start - prev_wall, 0)
-            blk = 0
-        if blk:
-            ws = H + gap
-            extra.append(ev.HostWait(ws, ws + blk, "host", e.step, reason="blocked outside hpu_lab"))
-            spans["host"].append(Span("host", "host wait", ws, ws + blk, e.step, "blocked outside hpu_lab"))
-            blocked_total += blk
-        start = H + gap + blk
-        kind = type(e)
-        wait = 0
-        if kind is ev.HostSync:
-            if e.launch_id:
-                need = launch_end.get(e.launch_id, 0)
-            elif wall_dur > 0:
-                need = max(free.values(), default=0)
-            else:
-                need = 0
-            end = max(start + cpu_span, need)
-            wait = end - (start + cpu_span)
-            sync_wait += wait
-        elif kind is ev.HostToDevice:
-            # the host did this copy and waited (stream -1; non_blocking from pageable memory cannot
-            # help): its staging memcpy of a pageable source, then the DMA over the host link
-            end = start + cost.copy_ns(e.nbytes, card, pinned=True) + cost.staging_ns(e.staging_bytes)
-        elif kind is ev.DeviceToHost:
-            end = start + cost.copy_ns(e.nbytes, card, pinned=e.pinned)
-        elif kind is ev.Collective:
-            end = start + cost.collective_ns(e.op, e.nbytes, e.world_size, card)
-        elif isinstance(e, _ENCLOSING):
-            i = bisect.bisect_right(wall_marks, e.t_start) - 1
-            start = host_marks[i] if i >= 0 else start
-            end = H + gap + blk + cpu_span
-        else:
-            end = start + cpu_span
-            if kind is ev.Compile:
-                compile_total += end - start
-        if kind is ev.Launch:
-            n_launch += 1
-            lane = f"hpu:{e.stream}"
-            dur = costs.recipe(e.key, e.graph) if e.graph is not None else card.recipe_launch_ns
-            s, f = device_span(lane, "execute", end, dur, e.step, f"{e.key[:6]}")
-            launch_end[e.launch_id] = f
-            launch_span[e.launch_id] = (lane, s, f)
-        new[id(e)] = _moved(e, start, end)
-        st = per_step.setdefault(e.step, {"host_ns": 0, "device_ns": 0, "sync_wait_ns": 0})
-        st["host_ns"] += max(end - H, 0) - wait
-        st["sync_wait_ns"] += wait
-        if kind is ev.Launch:
-            st["device_ns"] += launch_end[e.launch_id] - launch_span[e.launch_id][1]
-        H = max(H, end)
-        wall_marks.append(e.t_end)
-        host_marks.append(end)
-        prev_cpu, prev_blocked, prev_wall = e.cpu_ns, e.blocked_ns, e.t_end
-        spans["host"].append(Span("host", kind.__name__, start, end, e.step, ""))
+            prev_cpu, prev_blocked, prev_wall = c, b, e.t_end
+            host_spans.append(Span("host", kind.__name__, start, end, e.step, ""))
+        self.H, self.prev_cpu, self.prev_blocked, self.prev_wall = H, prev_cpu, prev_blocked, prev_wall
+        self.n += len(events)
+        self.last = events[-1]
+        return self
 
-    # device events: executions take their launch's modeled span; device-lane collectives queue
-    seen_exec = set()
-    for e in other:
-        if isinstance(e, ev.DeviceExecution) and e.launch_id in launch_span:
-            lane, s, f = launch_span[e.launch_id]
-            new[id(e)] = _moved(e, s, f, lane)
-            seen_exec.add(e.launch_id)
-        elif isinstance(e, ev.Collective):
-            s, f = device_span(e.lane, "collective", 0, cost.collective_ns(e.op, e.nbytes, e.world_size, card),
-                               e.step, e.op)
-            new[id(e)] = _moved(e, s, f)
-        else:                                  # an execution whose launch is not in the list
-            new[id(e)] = _moved(e, 0, 0)
-    for e in host_events:
-        if isinstance(e, ev.Launch) and e.launch_id not in seen_exec:
-            lane, s, f = launch_span[e.launch_id]
-            n = sum(1 for x in e.graph.nodes if x.op not in ("input", "output")) if e.graph is not None else 0
-            extra.append(ev.DeviceExecution(s, f, lane, e.step, launch_id=e.launch_id, recipe_id=e.recipe_id,
-                                            key=e.key, node_count=n))
+    def continues(self, events: Sequence[ev.Event]) -> bool:
+        """``events`` starts with exactly the events fed so far (a list that only grew)."""
+        n = self.n
+        return len(events) >= n and (n == 0 or events[n - 1] is self.last)
 
-    out = [new[id(e)] for e in events] + extra
-    for lane_spans in spans.values():
-        lane_spans.sort(key=lambda s: (s.start_ns, s.end_ns))
-    dev = [(s.start_ns, s.end_ns) for lane, ls in spans.items() if lane != "host" for s in ls]
-    busy = union_ns(dev)
-    end_all = max([H] + [f for _, f in dev])
-    r = Retimed(card, out, spans, host_ns=H - sync_wait, device_busy_ns=busy, wall_ns=end_all,
-                sync_wait_ns=sync_wait, blocked_ns=blocked_total, compile_ns=compile_total, launches=n_launch)
-    r.per_step = per_step       # step -> host_ns (without sync waits), device_ns (its launches), sync_wait_ns
-    return r
+    def result(self) -> Retimed:
+        card = self.card
+        if not self.n:
+            return Retimed(card, [], {"host": []})
+        extra = list(self.extra)
+        for lid, e in self.launches.items():      # launches the list did not see run
+            if lid not in self.executed:
+                lane, s, f = self.launch_span[lid]
+                n = sum(1 for x in e.graph.nodes if x.op not in ("input", "output")) if e.graph is not None else 0
+                extra.append(ev.DeviceExecution(s, f, lane, e.step, launch_id=lid, recipe_id=e.recipe_id,
+                                                key=e.key, node_count=n))
+        spans = {}
+        for lane, lane_spans in self.spans.items():
+            spans[lane] = sorted(lane_spans, key=lambda s: (s.start_ns, s.end_ns))
+        dev = [(s.start_ns, s.end_ns) for lane, ls in spans.items() if lane != "host" for s in ls]
+        busy = union_ns(dev)
+        end_all = max([self.H] + [f for _, f in dev])
+        r = Retimed(card, self.out + extra, spans, host_ns=self.H - self.sync_wait, device_busy_ns=busy,
+                    wall_ns=end_all, sync_wait_ns=self.sync_wait, blocked_ns=self.blocked_total,
+                    compile_ns=self.compile_total, launches=self.n_launch)
+        # step -> host_ns (without sync waits), device_ns (its launches), sync_wait_ns
+        r.per_step = {k: dict(v) for k, v in self.per_step.items()}
+        return r
+
+
+def retime(events: Sequence[ev.Event], card: Card, fusion: bool = True) -> Retimed:
+    return Retimer(card, fusion).feed(list(events)).result()
