@@ -224,7 +224,7 @@ said = [line.strip() for line in eager_log.splitlines() if "does not have any ef
 print(said)                           # 16 mark_step calls, one warning
 
 # %% [markdown]
-# In that process every op was launched on its own; this process, in lazy mode, launched two graphs per step:
+# In that process the ops were launched one by one, about one launch per op (an op whose result nobody holds launches nothing); this process, in lazy mode, launched two graphs per step:
 
 # %%
 print(f"eager: {eager['launches']} launches for {eager['ops']} ops; lazy: {len(lazy.of(ev.Launch))} launches")

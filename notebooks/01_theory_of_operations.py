@@ -618,10 +618,13 @@ assert data.shape == (200, 1, 28, 28)
 
 # %% [markdown]
 # ## Summary
-# - Eager mode launches one graph per op; `PT_HPU_MAX_COMPOUND_OP_SIZE=1` makes lazy mode do the same.
+# - The mode is an environment variable the bridge reads once, before import: one process per mode.
+# - Eager mode launches one graph per op; `PT_HPU_MAX_COMPOUND_OP_SIZE=1` makes lazy mode do the same (eager as a
+#   subset of lazy mode is deprecated; torch.compile is to replace lazy mode).
 # - `torch.compile` compiles the wrapped part once and then only calls it; the rest runs op by op.
 # - Lazy mode accumulates ops and runs them only when a value is needed or at `mark_step`; it re-traces the
 #   graph every iteration, which is host time, but the recipe comes from the cache after the first steps.
+# - The recipe cache answers per op in eager mode and per graph in lazy mode.
 # - A recipe is the result of the bridge's passes: fused clusters, MME/TPC engines, persistent vs
 #   non-persistent tensors and a memory plan. It is launched asynchronously.
 #
