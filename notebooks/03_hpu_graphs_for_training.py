@@ -537,7 +537,7 @@ assert wl.verdict == "device-bound" and wr.verdict == "device-bound"
 assert abs(wr.device_busy_ns - wl.device_busy_ns) < 0.05 * wl.device_busy_ns
 
 # %% [markdown]
-# So removing the host's work saves little of the step time here, unlike the small MLP of section 5, which is host-bound and where replay cuts most of it. Time per step on the Gaudi clock (the host's share varies by machine):
+# So removing the host's work saves little of the step time here, unlike the small MLP of section 5, which is host-bound and where replay cuts a larger share of it. Time per step on the Gaudi clock (the host's share varies by machine):
 
 # %%
 # NBVAL_IGNORE_OUTPUT
