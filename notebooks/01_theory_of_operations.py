@@ -62,22 +62,50 @@ htcore.mark_step()                        # launch the three random inputs first
 # > *During Eager mode execution, the framework executes one op at a time from Python.*
 
 # %% [markdown]
-# Switch to eager mode (`PT_HPU_LAZY_MODE=0`; hpu_lab lets you switch from Python), run, and count:
+# Eager mode is chosen with `PT_HPU_LAZY_MODE=0`, and the bridge reads it once: *"This flag needs to be set before invoking a Python script importing HPU … since Eager mode uses a separate backend library and replaces Lazy backend."* So each experiment in another mode below is a small script run in a **fresh Python process**, with the variable set before its imports; the script prints its counts as JSON, and this notebook (in lazy mode throughout) parses and checks them.
 
 # %%
-# %%hpu_section "Eager mode: one op at a time" --as eager
-hpu_lab.config.set(PT_HPU_LAZY_MODE="0")
-y = forward(x, w1, w2)
-hpu_lab.config.set(PT_HPU_LAZY_MODE="1")
+import json, os, subprocess, sys
+
+def run_fresh(script, **env):
+    """Run `script` in a new Python process with `env` set before its imports; return the JSON it prints last."""
+    p = subprocess.run([sys.executable, "-c", script], env=dict(os.environ, **env),
+                       capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+PRELUDE = """
+import json, torch, torch.nn as nn, torch.nn.functional as F
+import hpu_lab, hpu_lab.core as htcore
+from hpu_lab import events as ev
+def report(**values): print(json.dumps(values))
+def forward(x, w1, w2):               # the 5 ops above
+    h = torch.relu(x @ w1)
+    return torch.softmax(h @ w2, dim=1).sum()
+torch.manual_seed(0)
+x, w1, w2 = torch.randn(64, 32, device="hpu"), torch.randn(32, 16, device="hpu"), torch.randn(16, 8, device="hpu")
+"""
+
+# %% [markdown]
+# Run the forward pass in an eager-mode process and count:
+
+# %%
+EAGER_FORWARD = PRELUDE + """
+with ev.Collector() as c:
+    y = forward(x, w1, w2)
+report(lazy_mode=hpu_lab.config.lazy_mode(), ops=len(c.of(ev.OpAccumulated)), launches=len(c.of(ev.Launch)))
+"""
+eager = run_fresh(EAGER_FORWARD, PT_HPU_LAZY_MODE="0")
+print(eager)
 
 # %% [markdown]
 # Each op was its own graph and its own launch:
 
 # %%
 # claim T1
-ops, launches = len(eager.of(ev.OpAccumulated)), len(eager.of(ev.Launch))
-print(f"{ops} ops, {launches} launches")
-assert launches == ops == 5
+print(f"{eager['ops']} ops, {eager['launches']} launches")
+assert eager["lazy_mode"] is False
+assert eager["launches"] == eager["ops"] == 5
 
 # %% [markdown]
 # > *For any op that is not supported by the Gaudi device, the Intel Gaudi PyTorch bridge falls back to CPU to execute the op and continue execution on the device for further supported ops thereafter.*
@@ -106,22 +134,28 @@ launched_after = [e for e in fb.of(ev.Launch) if e.t_start > f.t_end]
 assert launched_after                  # the '* 2' ran on the device, after the fallback
 
 # %% [markdown]
-# > *Eager mode … can be emulated by using `PT_HPU_MAX_COMPOUND_OP_SIZE` … limiting cluster sizes to 1. This results in a small graph (1 element) compilation after each op.*
+# > *Eager mode as a subset of Lazy mode is deprecated.* … *Since Eager mode support, as a subset of Lazy mode, is deprecated, its functionality can be emulated by using `PT_HPU_MAX_COMPOUND_OP_SIZE` … limiting cluster sizes to 1. This results in a small graph (1 element) compilation after each op. The software reads this environment variable once at the time of initialization.*
+#
+# Again a fresh process, in lazy mode, with the variable set before the import:
 
 # %%
-# %%hpu_section "Lazy mode with PT_HPU_MAX_COMPOUND_OP_SIZE=1" --as compound1
-hpu_lab.config.set(PT_HPU_MAX_COMPOUND_OP_SIZE="1")
-y = forward(x, w1, w2)
-hpu_lab.config.set(PT_HPU_MAX_COMPOUND_OP_SIZE="-1")     # back to unlimited
+COMPOUND_FORWARD = PRELUDE + """
+with ev.Collector() as c:
+    y = forward(x, w1, w2)
+report(ops=len(c.of(ev.OpAccumulated)), sizes=[g.node_count for g in c.of(ev.GraphBuilt)],
+       compiled=[e.node_count for e in c.of(ev.Compile)])
+"""
+compound1 = run_fresh(COMPOUND_FORWARD, PT_HPU_MAX_COMPOUND_OP_SIZE="1")
+print(compound1)
 
 # %% [markdown]
 # Five ops, five one-node graphs:
 
 # %%
 # claim T3
-sizes = [g.node_count for g in compound1.of(ev.GraphBuilt)]
-print("ops:", len(compound1.of(ev.OpAccumulated)), " graphs:", len(sizes), " nodes per graph:", sizes)
-assert len(sizes) == len(compound1.of(ev.OpAccumulated)) == 5 and set(sizes) == {1}
+sizes = compound1["sizes"]
+print("ops:", compound1["ops"], " graphs:", len(sizes), " nodes per graph:", sizes)
+assert len(sizes) == compound1["ops"] == 5 and set(sizes) == {1}
 
 
 # %% [markdown]
@@ -130,9 +164,12 @@ assert len(sizes) == len(compound1.of(ev.OpAccumulated)) == 5 and set(sizes) == 
 # > *Model parts wrapped with torch.compile are compiled once at the beginning and later such compiled part is called. Model parts without such wrapping run in pure Eager mode, each op separately.*
 
 # %% [markdown]
-# The seed's MNIST `train_function` pattern: the model is compiled with `backend="hpu_backend"`, the loss (`F.nll_loss`) outside it runs eagerly.
+# > *In upcoming Intel Gaudi software releases, Eager mode extended with torch.compile will replace Lazy Mode. Unlike Lazy mode, Eager mode with torch.compile does not require rebuilding a graph in each iteration which reduces host computation overhead.*
+#
+# The seed's MNIST `train_function` pattern: the model is compiled with `backend="hpu_backend"`, the loss (`F.nll_loss`) outside it runs eagerly. torch.compile runs in eager mode, so this is an eager-mode process again:
 
 # %%
+NET = """
 class Net(nn.Module):                 # the model of seed 000, verbatim
     def __init__(self):
         super(Net, self).__init__()
@@ -148,8 +185,8 @@ class Net(nn.Module):                 # the model of seed 000, verbatim
         x = self.fc2(x)
         output = F.log_softmax(x, dim=1)
         return output
-
-torch.manual_seed(0)
+"""
+TORCH_COMPILE = PRELUDE + NET + """
 model = Net().to("hpu").eval()            # eval: no dropout noise
 compiled = torch.compile(model, backend="hpu_backend")
 
@@ -159,26 +196,26 @@ def train_function(data, target):
     return loss
 
 batches = [(torch.randn(32, 1, 28, 28).to("hpu"), torch.randint(0, 10, (32,)).to("hpu")) for _ in range(5)]
-hpu_lab.config.set(PT_HPU_LAZY_MODE="0")
-
-# %%
-# %%hpu_section "torch.compile: 5 calls" --as tc
-for data, target in batches:
-    loss = train_function(data, target)
-print(f"loss {loss.item():.3f}")
-hpu_lab.config.set(PT_HPU_LAZY_MODE="1")
+with ev.Collector() as c:
+    for data, target in batches:
+        loss = train_function(data, target)
+    loss_value = loss.item()
+report(compiles=[e.node_count for e in c.of(ev.Compile)], launches=len(c.of(ev.Launch)),
+       eager_ops=len(c.of(ev.OpAccumulated)), loss=round(loss_value, 3))
+"""
+tc = run_fresh(TORCH_COMPILE, PT_HPU_LAZY_MODE="0")
+print(tc)
 
 # %% [markdown]
 # One compile of the wrapped model on the first call; later calls only launch its recipe. The loss ops outside it run as eager one-op launches:
 
 # %%
 # claim T4
-model_compiles = [e for e in tc.of(ev.Compile) if e.node_count > 1]
-print("compiles of the wrapped model:", len(model_compiles), " launches:", len(tc.of(ev.Launch)),
-      " eager ops:", len(tc.of(ev.OpAccumulated)))
+model_compiles = [n for n in tc["compiles"] if n > 1]
+print("compiles of the wrapped model:", len(model_compiles), " launches:", tc["launches"], " eager ops:", tc["eager_ops"])
 assert len(model_compiles) == 1
-assert len(tc.of(ev.Launch)) > 5           # 5 calls of the compiled part + the eager ops around it
-assert len(tc.of(ev.OpAccumulated)) > 0     # the unwrapped part ran op by op
+assert tc["launches"] > 5           # 5 calls of the compiled part + the eager ops around it
+assert tc["eager_ops"] > 0          # the unwrapped part ran op by op
 
 # %% [markdown]
 # ## 4. Lazy mode
@@ -222,20 +259,33 @@ assert len(lz_item.of(ev.Launch)) == 1 and g.node_count == 5 and sync.reason == 
 # > *Unlike Eager Mode with torch.compile, graph is analyzed in each iteration leading to a higher CPU usage.*
 
 # %% [markdown]
-# Ten iterations of a 20-layer chain, lazy vs compiled. Lazy mode traces every op and hashes the graph every time, even when the recipe comes from the cache; the compiled function is just called:
+# Ten iterations of a 20-layer chain, lazy vs compiled. Lazy mode traces every op and hashes the graph every time, even when the recipe comes from the cache; the compiled function is just called. Lazy mode runs here; torch.compile in an eager-mode process, which also re-times its own recording on the Gaudi clock (`hpu_lab.perfmodel.retime`):
 
 # %%
+CHAIN = """
 def chain(x, ws):                       # 20 matmul + tanh layers, then a sum: 41 ops
     for w in ws:
         x = torch.tanh(x @ w)
     return x.sum()
 
 ws = [torch.randn(32, 32, device="hpu") / 6 for _ in range(20)]
+"""
+exec(CHAIN)                              # the same chain in this (lazy) process
+y = chain(x, ws); htcore.mark_step(); torch.hpu.synchronize()   # cache the lazy recipe outside the measurement
+
+COMPILED_CHAIN = PRELUDE + CHAIN + """
+import hpu_lab.perfmodel as pm
 compiled_chain = torch.compile(chain, backend="hpu_backend")
-hpu_lab.config.set(PT_HPU_LAZY_MODE="0")
 compiled_chain(x, ws); torch.hpu.synchronize()          # compile outside the measurement
-hpu_lab.config.set(PT_HPU_LAZY_MODE="1")
-y = chain(x, ws); htcore.mark_step(); torch.hpu.synchronize()   # and cache the lazy recipe too
+with ev.Collector() as c:
+    for i in range(10):
+        y = compiled_chain(x, ws)
+    torch.hpu.synchronize()
+r = pm.retime(c.events, "gaudi")
+report(ops=len(c.of(ev.OpAccumulated)), graphs=len(c.of(ev.GraphBuilt)), compiles=len(c.of(ev.Compile)),
+       launches=len(c.of(ev.Launch)), host_work_ns=r.host_ns - r.blocked_ns, device_busy_ns=r.device_busy_ns)
+"""
+comp10 = run_fresh(COMPILED_CHAIN, PT_HPU_LAZY_MODE="0")
 
 # %%
 # %%hpu_section "Lazy mode: 10 iterations" --as lazy10 --no-live
@@ -244,25 +294,18 @@ for i in range(10):
     htcore.mark_step()
 torch.hpu.synchronize()
 
-# %%
-# %%hpu_section "torch.compile: 10 iterations" --as comp10 --no-live
-hpu_lab.config.set(PT_HPU_LAZY_MODE="0")
-for i in range(10):
-    y = compiled_chain(x, ws)
-torch.hpu.synchronize()
-hpu_lab.config.set(PT_HPU_LAZY_MODE="1")
-
 # %% [markdown]
 # Every iteration, lazy mode traced the 41 ops again and built a graph; the compiled function traced nothing:
 
 # %%
 # claim T6
-for s in (lazy10, comp10):
-    print(f"{s.title:28s} ops traced: {len(s.of(ev.OpAccumulated)):3d}  graphs built: "
-          f"{len(s.of(ev.GraphBuilt)):2d}  compiles: {len(s.of(ev.Compile))}  launches: {len(s.of(ev.Launch))}")
+print(f"lazy mode:     ops traced: {len(lazy10.of(ev.OpAccumulated)):3d}  graphs built: {len(lazy10.of(ev.GraphBuilt)):2d}  "
+      f"compiles: {len(lazy10.of(ev.Compile))}  launches: {len(lazy10.of(ev.Launch))}")
+print(f"torch.compile: ops traced: {comp10['ops']:3d}  graphs built: {comp10['graphs']:2d}  "
+      f"compiles: {comp10['compiles']}  launches: {comp10['launches']}")
 assert len(lazy10.of(ev.OpAccumulated)) == 410 and len(lazy10.of(ev.GraphBuilt)) == 10
-assert len(comp10.of(ev.OpAccumulated)) == 0 and len(comp10.of(ev.GraphBuilt)) == 0
-assert len(comp10.of(ev.Launch)) == 10 and comp10.of(ev.Compile) == []
+assert comp10["ops"] == 0 and comp10["graphs"] == 0
+assert comp10["launches"] == 10 and comp10["compiles"] == 0
 
 # %% [markdown]
 # That work is host time. On the Gaudi clock (`hpu_lab.perfmodel.retime`, `docs/gaudi_clock.md`) the host lane is the CPU time the host spent between its events — here this machine's Python tracing, standing for the bridge's host work — so the figures vary by machine; the order is checked:
@@ -271,13 +314,13 @@ assert len(comp10.of(ev.Launch)) == 10 and comp10.of(ev.Compile) == []
 # NBVAL_IGNORE_OUTPUT
 # claim T6
 import hpu_lab.perfmodel as pm
-r_lazy, r_comp = pm.retime(lazy10.events, "gaudi"), pm.retime(comp10.events, "gaudi")
-work = lambda r: r.host_ns - r.blocked_ns            # the host's CPU work: these loops wait for nothing else
-lazy_ms, compiled_ms = work(r_lazy) / 10 / 1e6, work(r_comp) / 10 / 1e6
+r_lazy = pm.retime(lazy10.events, "gaudi")
+lazy_work = r_lazy.host_ns - r_lazy.blocked_ns       # the host's CPU work: these loops wait for nothing else
+lazy_ms, compiled_ms = lazy_work / 10 / 1e6, comp10["host_work_ns"] / 10 / 1e6
 print(f"host time per iteration: lazy {lazy_ms:.2f} ms, torch.compile {compiled_ms:.2f} ms "
       f"({lazy_ms / compiled_ms:.1f}x); device busy per iteration: {r_lazy.device_busy_ns / 10 / 1e6:.3f} ms "
-      f"and {r_comp.device_busy_ns / 10 / 1e6:.3f} ms")
-assert work(r_lazy) > work(r_comp)
+      f"and {comp10['device_busy_ns'] / 10 / 1e6:.3f} ms")
+assert lazy_work > comp10["host_work_ns"]
 
 # %% [markdown]
 # ## 5. The bridge: lowering
@@ -321,6 +364,22 @@ assert "non-persistent" in {n.tensor_class for n in nodes}              # interm
 # %%
 print("recipe working memory (peak of non-persistent tensors):", compile_event.peak_bytes, "bytes")
 assert compile_event.peak_bytes > 0
+
+# %% [markdown]
+# The same pass finds the *"tensors with duplicate or aliased memory"*. Use `x` four times, twice through a transposing view:
+
+# %%
+with ev.Collector(kinds=(ev.Compile,)) as ca:
+    q = torch.relu(x.t() @ x) + x.t() @ x
+    htcore.mark_step()
+(alias_compile,) = ca.of(ev.Compile)
+for n in alias_compile.graph.nodes:
+    if n.op != "output":
+        print(f"{n.index:2d} {n.op:10s} {str(n.shape):9s} {n.tensor_class}")
+inputs = [n for n in alias_compile.graph.nodes if n.op == "input"]
+aliases = [n for n in alias_compile.graph.nodes if n.tensor_class == "alias"]
+assert len(inputs) == 1                                  # x, used four times, is one device buffer
+assert len(aliases) == 2 and {n.op for n in aliases} == {"view"}   # the views read x's memory, no copy
 
 
 # %% [markdown]
@@ -398,6 +457,31 @@ print(f"cache lookups: {len(ten.of(ev.CacheLookup))}, hits: {hits}")
 assert per_step.get(0, 0) >= 2                                  # the first step compiles its graphs
 assert sum(per_step.get(i, 0) for i in range(2, 10)) == 0     # then flat
 assert hits >= 16
+
+# %% [markdown]
+# > *This caching is done at an eager op level as well as at a JIT graph level.*
+#
+# The 5-op forward pass of section 1, three times: in an eager-mode process the cache is asked once per op, here in lazy mode once per graph:
+
+# %%
+OP_LEVEL_CACHE = PRELUDE + """
+with ev.Collector() as c:
+    for i in range(3):
+        y = forward(x, w1, w2)
+lookups = c.of(ev.CacheLookup)
+report(lookups=len(lookups), hits=sum(e.hit for e in lookups), compiles=len(c.of(ev.Compile)))
+"""
+op_level = run_fresh(OP_LEVEL_CACHE, PT_HPU_LAZY_MODE="0")
+with ev.Collector() as c:
+    for i in range(3):
+        y = forward(x, w1, w2)
+        htcore.mark_step()
+graph_level = dict(lookups=len(c.of(ev.CacheLookup)), hits=sum(e.hit for e in c.of(ev.CacheLookup)),
+                   compiles=len(c.of(ev.Compile)))
+print("eager (per op):    ", op_level)
+print("lazy (per graph):  ", graph_level)
+assert op_level["lookups"] == 3 * 5 and op_level["hits"] >= 2 * 5      # each op compiled once, then hit
+assert graph_level["lookups"] == 3 and graph_level["hits"] >= 2          # one recipe for all five ops
 
 # %% [markdown]
 # Now change the ops — add an L2 penalty to the loss for one step:
@@ -534,10 +618,13 @@ assert data.shape == (200, 1, 28, 28)
 
 # %% [markdown]
 # ## Summary
-# - Eager mode launches one graph per op; `PT_HPU_MAX_COMPOUND_OP_SIZE=1` makes lazy mode do the same.
+# - The mode is an environment variable the bridge reads once, before import: one process per mode.
+# - Eager mode launches one graph per op; `PT_HPU_MAX_COMPOUND_OP_SIZE=1` makes lazy mode do the same (eager as a
+#   subset of lazy mode is deprecated; torch.compile is to replace lazy mode).
 # - `torch.compile` compiles the wrapped part once and then only calls it; the rest runs op by op.
 # - Lazy mode accumulates ops and runs them only when a value is needed or at `mark_step`; it re-traces the
 #   graph every iteration, which is host time, but the recipe comes from the cache after the first steps.
+# - The recipe cache answers per op in eager mode and per graph in lazy mode.
 # - A recipe is the result of the bridge's passes: fused clusters, MME/TPC engines, persistent vs
 #   non-persistent tensors and a memory plan. It is launched asynchronously.
 #

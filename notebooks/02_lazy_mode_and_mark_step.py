@@ -111,7 +111,7 @@ triggers = {
     "print(tensor)":        lambda: print(target[:8] * 2),
     "tensor.cpu()":         lambda: (y * 2).cpu(),
     "if tensor > 0:":       lambda: bool((y.exp().sum() > 0)),
-    "y[y > 0] (boolean mask)": lambda: y[y > -2.3],
+    "y[y > -2.3] (boolean mask)": lambda: y[y > -2.3],
     "torch.nonzero":        lambda: torch.nonzero(y > -2.3),
 }
 reasons = {}
@@ -127,6 +127,7 @@ assert reasons["loss.item()"] == [".item()"]
 assert reasons["tensor.cpu()"] == [".cpu()"]
 assert all(r for r in reasons.values())                       # every trigger waited
 assert any("nonzero" in r for r in reasons["torch.nonzero"])   # 'data-dependent op aten::nonzero'
+assert any("data-dependent" in r for r in reasons["y[y > -2.3] (boolean mask)"])
 
 # %% [markdown]
 # `torch.hpu.synchronize()` waits for launched work but does *not* launch what is still pending:
@@ -387,4 +388,4 @@ assert len(losses) == 4
 # 1. In section 3, move the first `mark_step` to just after `model(data)`. How many graphs per step, and which recipe is the biggest?
 # 2. In section 4, measure host and device CPU time per step for seed 000's `Net` with batches of 200. Is it host-bound on this machine? And with batches of 800?
 # 3. In section 5, `mark_step` every 5 batches instead of every batch. What peak memory do you get?
-# 4. In section 6, remove the `mark_step` at the end of `static_then_dynamic`. What triggers the graphs now?
+# 4. In section 6, remove the `mark_step` at the end of `step_with_metric`. What triggers the graphs now?

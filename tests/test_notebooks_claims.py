@@ -1,7 +1,9 @@
 """The lab's contract with ../shared/CLAIMS.md and STYLE.md, checked on the committed notebooks.
 
-- every claim id of CLAIMS.md is demonstrated: some notebook code cell carries ``# claim <id>``
-  and asserts something (a TODO cell, written while a runtime feature is missing, does not count);
+- every claim id of CLAIMS.md is demonstrated: some notebook code cell carries ``# claim <id>`` and
+  asserts on a value the notebook computed (see ``strong_asserts``: not a literal, not a config read,
+  not the identity of two references); no tagged cell is a TODO. A claim the lab cannot show is in
+  ``PENDING`` with its reason, never half-demonstrated;
 - no notebook cites an id that CLAIMS.md does not have;
 - every notebook opens with "What you'll do / learn / need" and ends with a Summary and Exercises;
 - the committed notebooks carry their outputs (they were run) and no stored error.
@@ -10,6 +12,7 @@ These read the .ipynb files only; running them is nbval's job (``make test``).
 """
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -18,7 +21,8 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOKS = os.path.join(ROOT, "notebooks")
-CLAIMS_MD = os.path.normpath(os.path.join(ROOT, "..", "shared", "CLAIMS.md"))
+# next to the repository; CLAIMS_MD=<path> for a checkout elsewhere (a git worktree, say)
+CLAIMS_MD = os.environ.get("CLAIMS_MD") or os.path.normpath(os.path.join(ROOT, "..", "shared", "CLAIMS.md"))
 
 CLAIM_ROW = re.compile(r"^\|\s*([A-Z]+\d+)\s*\|", re.MULTILINE)
 CLAIM_TAG = re.compile(r"^\s*#\s*claim\s+([A-Z]+\d+(?:[\s,]+[A-Z]+\d+)*)\s*$", re.MULTILINE)
@@ -51,22 +55,128 @@ def _claim_ids() -> list:
 
 
 def _tagged_cells():
-    """{claim id: [(notebook, cell source), ...]} over every code cell of every notebook."""
+    """{claim id: [(notebook, cell source, names computed by then), ...]} over every code cell of every
+    notebook; the names are those the notebook computed in this cell and the cells before it."""
     found: dict = {}
     for path in _notebook_paths():
+        computed: set = set()
         for cell in _load(path)["cells"]:
             if cell["cell_type"] != "code":
                 continue
             src = _source(cell)
+            computed |= computed_names(src)
             for group in CLAIM_TAG.findall(src):
                 for cid in re.split(r"[\s,]+", group.strip()):
-                    found.setdefault(cid, []).append((os.path.basename(path), src))
+                    found.setdefault(cid, []).append((os.path.basename(path), src, frozenset(computed)))
     return found
+
+
+# ------------------------------------------------------------------ what counts as a demonstration
+# An assert demonstrates a claim when it checks something the notebook ran and measured: a count of
+# events, a tensor's values, an error's message. It does not when it compares literals, reads back a
+# setting (hpu_lab.config, os.environ: the value the notebook itself put there), or checks that two
+# references are the same object (``out is gt.b`` holds whatever the device did).
+
+MAGIC_AS = re.compile(r"^%%hpu_section\b.*?--as\s+([A-Za-z_]\w*)", re.MULTILINE)
+CONFIG_ROOTS = {"config", "os", "environ", "getenv"}      # where settings, not results, are read
+
+
+def _python(src: str) -> str:
+    """The cell without IPython magics (``%%hpu_section``, ``%load_ext``), which ast cannot parse."""
+    return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in src.splitlines())
+
+
+def _parse(src: str):
+    try:
+        return ast.parse(_python(src))
+    except SyntaxError:
+        return None
+
+
+def _dotted(node) -> str:
+    """'hpu_lab.config.lazy_mode' for an attribute chain on a name ('' for anything else)."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    return ".".join([node.id] + parts[::-1]) if isinstance(node, ast.Name) else ""
+
+
+def _is_setting_or_literal(expr, computed) -> bool:
+    """True for a literal, or an expression that only reads settings (no name the notebook computed)."""
+    try:
+        ast.literal_eval(expr)
+        return True
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        pass
+    names = {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}
+    if names & computed:
+        return False
+    chains = {_dotted(n) for n in ast.walk(expr) if isinstance(n, ast.Attribute)}
+    return not names or any(set(c.split(".")) & CONFIG_ROOTS for c in chains) or names <= CONFIG_ROOTS
+
+
+def computed_names(src: str) -> set:
+    """Names a cell binds to something it computed: assignments (not of a literal or a setting), loop and
+    with targets, caught exceptions, functions and classes, and the sections ``%%hpu_section --as NAME``
+    records. Imports are not computed: ``assert torch.hpu.is_available()`` checks nothing the notebook did."""
+    names = set(MAGIC_AS.findall(src))
+    tree = _parse(src)
+    if tree is None:
+        return names
+    targets = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr)):
+            value = node.value
+            if value is not None and _is_setting_or_literal(value, names):
+                continue
+            targets += node.targets if isinstance(node, ast.Assign) else [node.target]
+        elif isinstance(node, (ast.For, ast.comprehension)):
+            targets.append(node.target)
+        elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+            targets.append(node.optional_vars)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names.add(node.name)
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+    for t in targets:
+        names |= {n.id for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return names
+
+
+def _conjuncts(expr):
+    if isinstance(expr, ast.BoolOp) and isinstance(expr.op, ast.And):
+        return [c for v in expr.values for c in _conjuncts(v)]
+    return [expr]
+
+
+def _weak_reason(conjunct, computed) -> str:
+    """Why this part of an assert demonstrates nothing ('' if it does)."""
+    if isinstance(conjunct, ast.Compare) and all(isinstance(op, (ast.Is, ast.IsNot)) for op in conjunct.ops) \
+            and not any(isinstance(e, ast.Constant) for e in [conjunct.left, *conjunct.comparators]):
+        return "only the identity of two references"
+    if _is_setting_or_literal(conjunct, computed):
+        return "a literal or a setting, not a value the notebook computed"
+    names = {n.id for n in ast.walk(conjunct) if isinstance(n, ast.Name)}
+    if not names & computed:
+        return "no name the notebook computed"
+    return ""
+
+
+def strong_asserts(src: str, computed) -> list:
+    """The asserts of a cell with a part that checks a value the notebook computed (as source text)."""
+    tree = _parse(src)
+    if tree is None:
+        return []
+    return [ast.unparse(node.test) for node in ast.walk(tree) if isinstance(node, ast.Assert)
+            and any(not _weak_reason(c, computed) for c in _conjuncts(node.test))]
 
 
 # Claims the lab cannot show yet, each waiting for a runtime feature. strict: the day a notebook
 # demonstrates one, its test fails until it leaves this list.
-PENDING: dict = {}     # {claim id: the runtime feature it waits for}; none today
+PENDING: dict = {
+    # claim id: why no notebook can demonstrate it yet
+}
 
 
 def _all_claims():
@@ -85,13 +195,20 @@ def test_claim_is_demonstrated(claim):
     cells = _tagged_cells().get(claim, [])
     assert cells, (f"claim {claim} of CLAIMS.md is not demonstrated: no notebook code cell has '# claim {claim}' "
                    f"(the notebook sources are notebooks/NN_*.py)")
-    assert any(re.search(r"^\s*assert\b", src, re.MULTILINE) for _, src in cells), (
-        f"claim {claim}: cells tagged in {sorted({nb for nb, _ in cells})} never assert the observable")
+    where = sorted({nb for nb, _, _ in cells})
+    todo = [nb for nb, src, _ in cells if re.search(r"\bTODO\b", src)]
+    assert not todo, (f"claim {claim} is half-demonstrated: a tagged cell in {todo} is a TODO; finish it, or list "
+                      f"the claim in PENDING with its reason")
+    assert any(re.search(r"^\s*assert\b", src, re.MULTILINE) for _, src, _ in cells), (
+        f"claim {claim}: cells tagged in {where} never assert the observable")
+    assert any(strong_asserts(src, computed) for _, src, computed in cells), (
+        f"claim {claim}: the asserts of the cells tagged in {where} check no value the notebook computed "
+        f"(a literal, a setting read back, or the identity of two references); assert on the measured observable")
 
 
 def test_no_unknown_claim_ids():
     ids = set(_claim_ids())
-    unknown = {cid: sorted({nb for nb, _ in cells}) for cid, cells in _tagged_cells().items() if cid not in ids}
+    unknown = {cid: sorted({nb for nb, _, _ in cells}) for cid, cells in _tagged_cells().items() if cid not in ids}
     assert not unknown, f"notebooks cite claim ids that CLAIMS.md does not have: {unknown}"
 
 
@@ -124,3 +241,21 @@ def test_notebook_was_run_and_stored(path):
     errors = [(i, o.get("ename")) for i, c in enumerate(code) for o in c.get("outputs", [])
               if o.get("output_type") == "error" and "NBVAL_RAISES_EXCEPTION" not in _source(c)]
     assert not errors, f"stored error outputs: {errors}"
+
+
+# The checker itself, on cells written to pass and to fail it: a test that cannot fail proves nothing.
+@pytest.mark.parametrize("src, before, strong", [
+    ("out = run()\nassert out is gt.b", "", False),                        # identity of two references
+    ("kept = y\nassert kept is y", "", False),
+    ("assert 96.0 == 96.0", "", False),                                    # literals
+    ("assert hpu_lab.config.lazy_mode()", "", False),                      # a setting read back
+    ("limit = os.environ['X']\nassert limit == '1'", "", False),
+    ("assert torch.hpu.device_count() == 1", "", False),                   # imports only: nothing computed
+    ("assert len(lazy.of(ev.Launch)) == 16", "%%hpu_section 'x' --as lazy\npass", True),
+    ("n = len(c.events)\nassert n > 0 and x is y", "", True),              # one strong part is enough
+    ("assert eager['lazy_mode'] is False", "eager = run_fresh(S)", True),  # 'is' a constant: a value check
+    ("try:\n    f()\nexcept RuntimeError as e:\n    assert 'lazy' in str(e)", "", True),
+])
+def test_strong_asserts_checker(src, before, strong):
+    computed = computed_names(before) | computed_names(src)
+    assert bool(strong_asserts(src, computed)) is strong
