@@ -179,6 +179,40 @@ def test_eviction_removes_the_oldest_first_and_logs(tmp_path, capfd):
         config.reload()
 
 
+def test_eviction_waits_for_the_lock_another_process_holds(tmp_path):
+    # seed 003: "only one process may perform eviction at a time ... an eviction.lock file ... locking
+    # it using flock". flock locks belong to an open file: this test's own open of the lock file stands
+    # for another process in the middle of its eviction.
+    import fcntl
+    import time
+    d = tmp_path / "rc"
+    config.set(PT_HPU_RECIPE_CACHE_CONFIG=f"{d},false,64")
+    try:
+        for n in (3, 4, 5):
+            hpu_lab.compiler.cache.clear()
+            _graph(n=n)
+        old = set(_recipes(d))
+        cap_mb = 1.5 * max(os.path.getsize(d / f) for f in old) / (1024 * 1024)     # room for one recipe
+        config.set(PT_HPU_RECIPE_CACHE_CONFIG=f"{d},false,{cap_mb}")
+        hpu_lab.compiler.cache.clear()
+        with open(d / disk_cache.LOCK, "a+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            x = torch.arange(9, dtype=torch.float32).to("hpu")
+            (x * 2.0 + 1).cos()
+            htcore.mark_step()                      # compiled; the writer stores it, then must wait
+            deadline = time.monotonic() + 120
+            while set(_recipes(d)) <= old and time.monotonic() < deadline:
+                time.sleep(0.01)                    # until the new recipe is on disk (not a timing assert)
+            assert set(_recipes(d)) > old, "the new recipe was not written"
+            assert old <= set(_recipes(d))          # written, but nothing evicted while the lock is held
+            fcntl.flock(lock, fcntl.LOCK_UN)
+        disk_cache.flush_writes()
+        assert not old <= set(_recipes(d)) and _size(d) <= 0.99 * cap_mb * 1024 * 1024
+    finally:
+        disk_cache.flush_writes()
+        config.reload()
+
+
 def test_serialization_runs_off_the_launch_path(cache_dir, monkeypatch):
     threads = []
     write = disk_cache.Folder.write
