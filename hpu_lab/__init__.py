@@ -62,8 +62,14 @@ from . import meta_fixes  # noqa: E402,F401  # Meta kernels corrected to the CPU
 from . import backward_errors as _backward_errors  # noqa: E402
 
 from . import native_ops as _native_ops  # noqa: E402
+from . import quant_ops as _quant_ops  # noqa: E402
+from . import rrelu_noise as _rrelu_noise  # noqa: E402
+from . import scaled_mm as _scaled_mm  # noqa: E402
 
 _native_ops.install()       # convolution_overrideable: the backend's own aten ops (issue 16)
+_rrelu_noise.install()      # rrelu's noise written without a version bump autograd would refuse (issue 16)
+_scaled_mm.install()        # torch._scaled_mm as Gaudi's fp8_gemm: any layout, scale_result multiplies (issue 16)
+_quant_ops.install()        # quantized_decomposed ops as Gaudi's kernels compute them (fp8 unrounded; issue 16)
 _backward_errors.install()  # an hpu op's error inside backward() is raised, not a process abort (issue 16)
 
 __version__ = "0.1.0"

@@ -431,3 +431,26 @@ def _plain_index_meta(x, indices):
 
 
 _define("plain_index(Tensor self, Tensor[] indices) -> Tensor", _plain_index, _plain_index_meta)
+
+
+# ---------------------------------------------------------------- fp8 reduction
+#   sum_fp8(self, dim=None, keepdim=False, out_dtype=None): Gaudi 2/3 sum fp8 values in float32 and
+#   round the sum once to out_dtype (the input's fp8 dtype if None). The CPU has no fp8 sum kernel;
+#   float32 holds every fp8 value exactly, so this is the float32 sum rounded as torch's cast rounds.
+
+_FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def _sum_fp8(x, dim=None, keepdim=False, out_dtype=None):
+    if x.dtype not in _FP8:
+        raise RuntimeError(f"sum_fp8: input must be float8_e4m3fn or float8_e5m2, got {x.dtype}")
+    return torch.sum(x.float(), dim, keepdim).to(out_dtype if out_dtype is not None else x.dtype)
+
+
+def _sum_fp8_meta(x, dim=None, keepdim=False, out_dtype=None):
+    shape = torch.sum(torch.empty(x.shape, device="meta"), dim, keepdim).shape
+    return x.new_empty(shape, dtype=out_dtype if out_dtype is not None else x.dtype)
+
+
+_define("sum_fp8(Tensor self, int[1]? dim=None, bool keepdim=False, ScalarType? out_dtype=None) -> Tensor",
+        _sum_fp8, _sum_fp8_meta)

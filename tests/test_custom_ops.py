@@ -145,3 +145,20 @@ def test_plain_index_is_advanced_indexing():
     idx = [torch.tensor([3, 0]), torch.tensor([1, 4])]
     out = torch.ops.hpu.plain_index(x.to("hpu"), [i.to("hpu") for i in idx])
     assert torch.equal(out.cpu(), x[idx[0], idx[1]])
+
+
+@pytest.mark.parametrize("dtype", [torch.float8_e5m2, torch.float8_e4m3fn])
+@pytest.mark.parametrize("dim", [1, (0, 2), None])
+def test_sum_fp8_is_the_float32_sum_rounded_once(dtype, dim):
+    torch.manual_seed(0)
+    x = (torch.randn(6, 7, 8) * 10).to(dtype)
+    wide = torch.ops.hpu.sum_fp8(x.to("hpu"), dim, True, torch.float32).cpu()
+    assert wide.dtype == torch.float32 and torch.equal(wide, torch.sum(x.float(), dim, True))
+    narrow = torch.ops.hpu.sum_fp8(x.to("hpu"), dim, False).cpu()
+    expect = torch.sum(x.float(), dim).to(dtype)      # torch's cast: nearest even, saturating for e4m3fn
+    assert narrow.dtype == dtype and torch.equal(narrow.view(torch.uint8), expect.view(torch.uint8))
+
+
+def test_sum_fp8_refuses_other_dtypes():
+    with pytest.raises(RuntimeError, match="sum_fp8: input must be float8"):
+        torch.ops.hpu.sum_fp8(torch.ones(3).to("hpu")).cpu()

@@ -46,3 +46,8 @@ def add_step_closure(closure, args=()) -> None:
 
 def is_lazy() -> bool:
     return config.lazy_mode()
+
+
+from .quantization import (  # noqa: E402,F401  (htcore.hpu_set_inference_env, ...: the bridge exports them here)
+    hpu_inference_initialize, hpu_reset_env, hpu_set_env, hpu_set_inference_env, hpu_teardown_inference_env,
+)

@@ -118,6 +118,43 @@ def sdp_kernel(enable_recompute: bool = True):
 
 
 # ---- the bridge's deprecated deterministic switch (kept, no effect: see determinism.py)
+# graph-compiler modes of the bridge's inference set-up (core/quantization.py keeps the state): flags
+# of the real compiler, with no effect on the values hpu_lab computes
+def enable_inference_mode() -> None:
+    from ..core import quantization as _q
+    _q._state["inference"] = True
+
+
+def disable_inference_mode() -> None:
+    from ..core import quantization as _q
+    _q._state["inference"] = False
+
+
+def is_inference_mode_enabled() -> bool:
+    from ..core import quantization as _q
+    return _q._state["inference"]
+
+
+def enable_matmul3d_2d_reshape() -> None:
+    from ..core import quantization as _q
+    _q._state["matmul3d_2d_reshape"] = True
+
+
+def disable_matmul3d_2d_reshape() -> None:
+    from ..core import quantization as _q
+    _q._state["matmul3d_2d_reshape"] = False
+
+
+def enable_quantization() -> None:
+    from ..core import quantization as _q
+    _q._state["quantization"] = True
+
+
+def disable_quantization() -> None:
+    from ..core import quantization as _q
+    _q._state["quantization"] = False
+
+
 from .determinism import getDeterministic, setDeterministic  # noqa: E402,F401
 
 # ---- the submodules, as in the real package (``from habana_frameworks.torch.hpu import random``);
