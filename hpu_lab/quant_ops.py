@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import torch
 
+from . import route
 from . import lazy
 
 aten = torch.ops.aten
@@ -30,7 +31,7 @@ _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
 def _d(op, *args, **kwargs):
-    return lazy.dispatch(op, args, kwargs)
+    return route.dispatch(op, args, kwargs)
 
 
 def _bind(func, args, kwargs):
@@ -129,6 +130,6 @@ def install() -> None:
     for name, handler in (("quantize_per_tensor", _quantize_per_tensor),
                           ("dequantize_per_tensor", _dequantize_per_tensor)):
         for overload in ("default", "tensor", "tensor2"):
-            lazy.register_special(getattr(getattr(q, name), overload), handler)
-    lazy.register_special(q.quantize_per_channel.default, _quantize_per_channel)
-    lazy.register_special(q.dequantize_per_channel.default, _dequantize_per_channel)
+            route.register_special(getattr(getattr(q, name), overload), handler)
+    route.register_special(q.quantize_per_channel.default, _quantize_per_channel)
+    route.register_special(q.dequantize_per_channel.default, _dequantize_per_channel)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from . import route
 from . import lazy, ops
 from ._source import user_src
 
@@ -35,4 +36,4 @@ def _rrelu_with_noise(func, args, kwargs):
 
 
 def install() -> None:
-    lazy.register_special(aten.rrelu_with_noise.default, _rrelu_with_noise)
+    route.register_special(aten.rrelu_with_noise.default, _rrelu_with_noise)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from . import route
 from . import lazy
 
 aten = torch.ops.aten
@@ -19,7 +20,7 @@ _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
 def _d(op, *args, **kwargs):
-    return lazy.dispatch(op, args, kwargs)
+    return route.dispatch(op, args, kwargs)
 
 
 def _f32(t):
@@ -50,4 +51,4 @@ def _scaled_mm(func, args, kwargs):
 
 
 def install() -> None:
-    lazy.register_special(aten._scaled_mm.default, _scaled_mm)
+    route.register_special(aten._scaled_mm.default, _scaled_mm)
