@@ -175,6 +175,8 @@ SETTINGS: Dict[str, Setting] = {s.env: s for s in [
     Setting("PT_HPU_GRAPH_DUMP_FORMAT", _choice("pbtxt", "svg", "graphml", "dot"), "graphml", "format of the graph dumps"),
     Setting("PT_HPU_GRAPH_DUMP_PREFIX", _str, "", "file-name prefix of the graph dumps"),
     Setting("PT_HPU_WEIGHT_SHARING", _bool, "true", "weight sharing (on by default in lazy mode, seed 003)"),
+    Setting("PT_HPU_ENABLE_SYNAPSE_LAYOUT_HANDLING", _bool, "true",
+            "the graph compiler places the permutes of channels-last convolutions (false: a pair around each)"),
     Setting("PT_HPU_ENABLE_REFINE_DYNAMIC_SHAPES", _bool, "false", "dynamic-shape refinement"),
     Setting("PT_HPUGRAPH_DISABLE_TENSOR_CACHE", _bool, "false", "overrides disable_tensor_cache of the HPU Graph wrappers"),
     Setting("PT_HPUGRAPH_ENABLE_DRY_RUN", _bool, "false", "ModuleCacher captures with dry_run"),

@@ -44,7 +44,7 @@ import torch.fx as fx
 
 from . import config
 from . import events as ev
-from .compiler import build, lowering, passes
+from .compiler import build, layouts, lowering, passes
 from .compiler.recipe import Recipe
 
 FORMAT = 2
@@ -173,6 +173,7 @@ def _recipe(body: dict, key, nodes, externals, outs, site) -> Recipe:
     """A Recipe from the program's own pending ops plus the file's pass results."""
     g = build.build_fx(nodes, externals, outs)          # what compile_graph builds: never the file's
     g.eliminate_dead_code()
+    layouts.place_permutes(g)                           # the permutes passes.run_all places
     gnodes = list(g.nodes)
     if len(gnodes) != len(body["nodes"]):
         raise Corrupt("its graph does not match the pending graph")

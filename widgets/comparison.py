@@ -1,20 +1,34 @@
 """Several sections side by side (e.g. the four training modes of seed 000).
 
-    compare_rows(sections)   # one dict per section: steps, compiles, syncs, host ms/step, device busy %
-    draw_compare(sections)   # one small timeline per section, stacked, in one Figure
-    compare(sections)        # both in a widget (a table and the figure), with a clock switch
+    compare_rows(sections, steps=8)   # one dict per row: steps, compiles, syncs, host ms/step, ...
+    draw_compare(sections)            # one small timeline per section, stacked, in one Figure
+    compare(sections, steps=8)        # both in a widget (a table and the figure), with a clock switch
 
 ``sections``: Section objects, (title, events) pairs, or a {title: events} dict. Times and verdicts
 are on the Gaudi clock of the chosen card by default (``clock="measured"``: wall time on this CPU).
+
+A section that captures an HPU Graph and then replays it gets two rows: the one-time work
+(warm-up and capture, everything up to the end of the capture that precedes the first replay),
+shown as totals and labelled so, and the replays, per replay. Dividing the capture over the steps
+would make replay look like the most expensive mode, when it is the cheapest per step.
+
+``steps``: how many training steps each section ran (an int for all, or {title: int}), so that
+"per step" means the same in every row; without it a step is a ``mark_step`` (lazy mode's training
+step has two), a replay, or the whole section, and the "a step is" column says which.
 """
 from __future__ import annotations
 
-from typing import List, Sequence, Tuple
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
-from .common import CLOCK, on_clock
+from hpu_lab import events as ev
+
+from .common import CLOCK, on_clock, union_ns
 from .metrics_view import section_metrics
 from .recompiles import table_html, _CSS
 from .timeline import draw_timeline, legend_handles, timeline_rows
+
+ONCE = "once"           # the "a step is" of a one-time row (warm-up + capture): its times are totals
 
 
 def _pairs(sections) -> List[Tuple[str, list]]:
@@ -29,20 +43,92 @@ def _pairs(sections) -> List[Tuple[str, list]]:
     return out
 
 
-def compare_rows(sections, clock=None, device=None) -> List[dict]:
+@dataclass
+class Phase:
+    """Part of a section that gets its own row: its (already timed) events and what a step is."""
+    title: str
+    events: list
+    steps: int
+    per: str            # "mark_step", "replay", "training step", "whole section" or ONCE
+
+
+def capture_cut(events: Sequence[ev.Event]) -> Optional[int]:
+    """The end (ns) of the capture that precedes the section's first replay: where its one-time
+    work stops and its replayed steps start. None when nothing is replayed, or the graph was
+    captured elsewhere (then every replay is a step and there is nothing one-time to separate)."""
+    first = min((e.t_start for e in events if isinstance(e, ev.Replay)), default=None)
+    if first is None:
+        return None
+    ends = [e.t_end for e in events if isinstance(e, ev.CaptureEnd) and e.t_end <= first]
+    return max(ends) if ends else None
+
+
+def split_at(events: Sequence[ev.Event], cut: int) -> Tuple[list, list]:
+    """(before, after) ``cut``: host events by their start; a device execution goes with the
+    launch that queued it (it may run after the cut, it is still work of the part that launched it)."""
+    before_launches = {e.launch_id for e in events if isinstance(e, ev.Launch) and e.t_start < cut}
+    before, after = [], []
+    for e in events:
+        if isinstance(e, ev.DeviceExecution):
+            early = e.launch_id in before_launches
+        else:
+            early = e.t_start < cut
+        (before if early else after).append(e)
+    return before, after
+
+
+def _given(steps, title) -> Optional[int]:
+    n = steps.get(title) if isinstance(steps, dict) else steps
+    if n is None:
+        return None
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"steps for section {title!r}: expected a positive int, got {n!r}")
+    return n
+
+
+def phases(title: str, timed: list, steps=None) -> List[Phase]:
+    """The rows of one section (its events already on the chosen clock)."""
+    replays = sum(1 for e in timed if isinstance(e, ev.Replay))
+    cut = capture_cut(timed)
+    if cut is not None:
+        once, rest = split_at(timed, cut)
+        return [Phase(f"{title}: warm-up + capture (once)", once, 1, ONCE),
+                Phase(f"{title}: replays", rest, replays, "replay")]
+    given = _given(steps, title) if steps is not None else None
+    if given is not None:
+        return [Phase(title, timed, given, "training step")]
+    if replays:                        # a replayed step needs no mark_step (claim I8)
+        return [Phase(title, timed, replays, "replay")]
+    marks = sum(1 for e in timed if isinstance(e, ev.MarkStep))
+    if marks:
+        return [Phase(title, timed, marks, "mark_step")]
+    return [Phase(title, timed, 1 if timed else 0, "whole section")]
+
+
+def _row(p: Phase) -> dict:
+    m = section_metrics(p.events, clock="measured")    # p.events are already on the chosen clock
+    n = max(p.steps, 1)
+    wait = union_ns((e.t_start, e.t_end) for e in p.events if isinstance(e, ev.HostSync)) / 1e6
+    return {"section": p.title, "a step is": p.per, "steps": p.steps, "compiles": m["compiles"],
+            "recompiles": m["recompiles"], "host syncs": m["host syncs"], "replays": m["replays"],
+            "host ms/step": round((m["window ms"] - wait) / n, 3),
+            "device ms/step": round(m["device busy ms"] / n, 3),
+            "wall ms/step": round(m["window ms"] / n, 3),
+            "device busy %": m["device busy %"], "verdict": m["verdict"].split(":")[0]}
+
+
+def compare_rows(sections, clock=None, device=None, steps: Union[int, Dict[str, int], None] = None) -> List[dict]:
+    """One dict per row. A row whose "a step is" reads ``"once"`` holds totals (warm-up + capture)."""
     rows = []
     for title, events in _pairs(sections):
-        m = section_metrics(events, clock, device)
-        rows.append({"section": title, "steps": m["steps"], "compiles": m["compiles"],
-                     "recompiles": m["recompiles"], "host syncs": m["host syncs"], "replays": m["replays"],
-                     "host ms/step": m["host ms/step"], "device ms/step": m["device ms/step"],
-                     "wall ms/step": round(m["window ms"] / max(m["steps"], 1), 3),
-                     "device busy %": m["device busy %"], "verdict": m["verdict"].split(":")[0]})
+        timed = on_clock(events, clock, device)[0]
+        rows.extend(_row(p) for p in phases(title, timed, steps))
     return rows
 
 
 def draw_compare(sections, sharex: bool = False, clock=None, device=None):
-    """A Figure with one compact timeline per section, top to bottom."""
+    """A Figure with one compact timeline per section, top to bottom; a dashed line marks where a
+    section's capture ends and its replays begin."""
     from matplotlib.figure import Figure
     pairs = _pairs(sections)
     fig = Figure(figsize=(11, 1.9 * max(len(pairs), 1) + 1.1), layout="constrained")
@@ -51,44 +137,63 @@ def draw_compare(sections, sharex: bool = False, clock=None, device=None):
     label = "measured on this CPU"
     for ax, (title, events) in zip(axes, pairs):
         timed, label, _ = on_clock(events, clock, device)
-        draw_timeline(timed, ax=ax, compact=True, title=title, clock="measured")
+        draw_timeline(events, ax=ax, compact=True, title=title, clock=clock, device=device)   # names its clock
         ax.set_xlabel("ms" if label.startswith("measured") else "modeled ms (host: CPU time)", fontsize=8)
         kinds |= {b.kind for b in timeline_rows(timed)}
+        cut = capture_cut(timed)
+        if cut is not None:
+            x = (cut - min(e.t_start for e in timed)) / 1e6
+            right = x > 0.6 * ax.get_xlim()[1]           # the label on the side with room
+            ax.axvline(x, color="#333333", ls="--", lw=1, gid="capture-cut")
+            ax.annotate("capture ends, replays begin " if right else " capture ends, replays begin",
+                        (x, 1), xycoords=("data", "axes fraction"), fontsize=7, va="top",
+                        ha="right" if right else "left")
     fig.suptitle(f"Sections side by side, {label} (each from its own start: the time scales differ)",
                  fontsize=10, x=0.01, ha="left")
     fig.legend(handles=legend_handles(kinds), loc="outside lower center", ncol=6, fontsize=8, frameon=False)
     return fig
 
 
-def compare_html(sections, clock=None, device=None) -> str:
-    rows = compare_rows(sections, clock, device)
+_COLS = [("section", "section", False), ("a step is", "a step is", False), ("steps", "steps", True),
+         ("compiles", "compiles", True), ("recompiles", "recompiles", True), ("host syncs", "host syncs", True),
+         ("replays", "replays", True), ("host ms/step", "host ms/step", True),
+         ("device ms/step", "device ms/step", True), ("wall ms/step", "wall ms/step", True),
+         ("device busy %", "device busy %", True), ("verdict", "verdict", False)]
+
+
+_ONCE_CSS = "<style>.hpu-t tr.once td{background:#f6f6f6;font-style:italic}</style>"
+
+
+def compare_html(sections, clock=None, device=None, steps=None) -> str:
+    rows = compare_rows(sections, clock, device, steps)
     label = on_clock([], clock, device)[1]
-    cols = [("section", "section", False), ("steps", "steps", True), ("compiles", "compiles", True),
-            ("recompiles", "recompiles", True), ("host syncs", "host syncs", True), ("replays", "replays", True),
-            ("host ms/step", "host ms/step", True), ("device ms/step", "device ms/step", True),
-            ("wall ms/step", "wall ms/step", True), ("device busy %", "device busy %", True),
-            ("verdict", "verdict", False)]
     how = ("host ms/step: host time not waiting for the device, per step (CPU time of the host thread on this "
            "machine, plus its waits outside hpu_lab); device ms/step: the modeled time of the recipes launched"
            if not label.startswith("measured") else
            "host ms/step: wall time the host was not waiting for the device, per step")
-    return (_CSS + f"<p style='margin:2px 0'><b>{label}</b></p>" + table_html(rows, cols) +
-            f"<p style='font-size:11px;color:#555'>{how}.</p>")
+    once = ("; a row whose step is 'once' is one-time work (warm-up and capture) and shows its totals, "
+            "not a per-step cost" if any(r["a step is"] == ONCE for r in rows) else "")
+    return (_CSS + _ONCE_CSS + f"<p style='margin:2px 0'><b>{label}</b></p>" +
+            table_html(rows, _COLS, row_class=lambda r: "once" if r["a step is"] == ONCE else "") +
+            f"<p style='font-size:11px;color:#555'>{how}{once}.</p>")
 
 
-def compare(sections: Sequence, dpi: int = 80, clock=None, device=None):
+def compare(sections: Sequence, dpi: int = 80, clock=None, device=None, steps=None):
     """A widget with the comparison table and the stacked timelines, and a switch between the
-    Gaudi clock (default) and the measured clock."""
+    Gaudi clock (default) and the measured clock. ``steps``: training steps per section (see above)."""
     import ipywidgets as W
     from .panel import figure_bundle
     from .static import snapshot     # also a static table + picture, for viewers without a kernel
     pairs = _pairs(sections)
+    for title, _ in pairs:                 # a bad ``steps`` fails now, not inside a widget callback
+        if steps is not None:
+            _given(steps, title)
     table, out = W.HTML(), W.Output()
     options = [("Gaudi clock (modeled)", "gaudi"), ("measured on this CPU", "measured")]
     switch = W.ToggleButtons(options=options, value=clock or CLOCK["clock"], description="clock")
 
     def show(which):
-        table.value = compare_html(pairs, which, device)
+        table.value = compare_html(pairs, which, device, steps)
         out.outputs = (figure_bundle(draw_compare(pairs, clock=which, device=device), dpi),)
     switch.observe(lambda ch: show(ch["new"]), names="value")
     show(switch.value)

@@ -5,7 +5,8 @@
 
 Nodes are boxes labelled by op and output shape, filled by engine (MME orange, TPC blue, CPU
 fallback red), inputs and outputs as grey arrows, casts with a toothed border, views pale.
-Fusion clusters are outlined with a dashed box; graphs above ``COLLAPSE_ABOVE`` nodes are drawn
+A fusion cluster is a halo in the cluster's colour around each of its ops (and its inner
+edges in that colour): it outlines exactly the fused ops. Graphs above ``COLLAPSE_ABOVE`` nodes are drawn
 with each cluster collapsed into one box and views skipped, so a big graph stays readable.
 """
 from __future__ import annotations
@@ -277,8 +278,7 @@ def draw_graph(summary: ev.GraphSummary, ax=None, collapse_clusters: Optional[bo
     ``title``: shown above the counts line (e.g. "recipe 7c3b86, step 3: first compile").
     """
     from matplotlib.figure import Figure
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import FancyBboxPatch, Patch
+    from matplotlib.patches import Patch
 
     G = to_networkx(summary)
     if collapse_clusters is None:
@@ -302,21 +302,12 @@ def draw_graph(summary: ev.GraphSummary, ax=None, collapse_clusters: Optional[bo
     fw, fh = fig.get_size_inches()
     fontsize = max(4.5, 8 * min(1.0, fw / want_w, fh / want_h))   # shrink text only if the figure is capped
 
-    # fusion clusters: a dashed outline around the members (only when not collapsed)
+    # fusion clusters (only when not collapsed): drawn after the boxes, whose sizes they need
     clusters: Dict[int, List] = {}
     if not collapse_clusters:
         for v, d in D.nodes(data=True):
-            if d["cluster"] >= 0:
+            if d["kind"] in ("op", "cast") and d["cluster"] >= 0:
                 clusters.setdefault(d["cluster"], []).append(v)
-        for cid, members in sorted(clusters.items()):
-            xs = [pos[m][0] for m in members]
-            ys = [pos[m][1] for m in members]
-            x0, x1, y0, y1 = min(xs) - 0.46, max(xs) + 0.46, min(ys) - 0.42, max(ys) + 0.42
-            ax.add_patch(FancyBboxPatch((x0, y0), x1 - x0, y1 - y0, boxstyle="round,pad=0,rounding_size=0.08",
-                                        fill=False, edgecolor=_CLUSTER_EDGE, linestyle="--", linewidth=1.4,
-                                        zorder=1, gid=f"cluster {cid}"))
-            ax.text(x0 + 0.03, y1 + 0.03, f"fusion cluster {cid}", fontsize=fontsize - 1, color=_CLUSTER_EDGE,
-                    ha="left", va="bottom", zorder=1)
 
     boxes = {}
     for v, d in D.nodes(data=True):
@@ -328,7 +319,7 @@ def draw_graph(summary: ev.GraphSummary, ax=None, collapse_clusters: Optional[bo
                     linewidth=1.6 if kind in ("cast", "cluster") else 0.8,
                     linestyle="--" if kind == "view" else "-")
         if kind == "cluster":
-            bbox["edgecolor"] = _CLUSTER_EDGE
+            bbox["edgecolor"] = cluster_colour(d["cluster"])
         x, y = pos[v]
         t = ax.text(x, y, d["label"], ha="center", va="center", fontsize=fontsize, zorder=3, bbox=bbox,
                     color="white" if dark and d["engine"] != "" else "black", gid=f"node {v}",
@@ -342,10 +333,11 @@ def draw_graph(summary: ev.GraphSummary, ax=None, collapse_clusters: Optional[bo
 
     engines = [d["engine"] for _, d in G.nodes(data=True) if d["kind"] in ("op", "cast")]
     n_ops = len(engines)
-    n_clusters = len({d["cluster"] for _, d in G.nodes(data=True) if d["cluster"] >= 0})
+    fc = fusion_counts(summary)
     counts = (f"{n_ops} ops: {engines.count('MME')} on MME, {engines.count('TPC')} on TPC"
               + (f", {engines.count('CPU')} CPU fallback" if "CPU" in engines else "")
-              + f"; {n_clusters} fusion cluster{'s' if n_clusters != 1 else ''}"
+              + f"; {fc['fused ops']} fused into {fc['clusters']} fusion cluster{'s' if fc['clusters'] != 1 else ''}, "
+              + f"{fc['unfused ops']} unfused"
               + (" (collapsed; views, inputs, outputs hidden)" if collapse_clusters else ""))
     width_chars = int(ax.figure.get_size_inches()[0] * 11)
     head = "\n".join(textwrap.wrap(title or "Recipe graph", width_chars) + textwrap.wrap(counts, width_chars))
@@ -364,7 +356,8 @@ def draw_graph(summary: ev.GraphSummary, ax=None, collapse_clusters: Optional[bo
     if "cast" in kinds:
         legend.append(Patch(facecolor=COLORS["TPC"], edgecolor="#333333", linewidth=1.6, label="cast (toothed border)"))
     if clusters:
-        legend.append(Line2D([], [], color=_CLUSTER_EDGE, linestyle="--", label="fusion cluster"))
+        legend.append(Patch(facecolor=_HALO_FILL, edgecolor=_CLUSTER_EDGE, linewidth=1.6,
+                            label="fusion cluster (a halo per fused op)"))
     if "cluster" in kinds:
         legend.append(Patch(facecolor=COLORS["TPC"], edgecolor=_CLUSTER_EDGE, linewidth=1.6,
                             label="fusion cluster (collapsed)"))
@@ -376,8 +369,55 @@ def draw_graph(summary: ev.GraphSummary, ax=None, collapse_clusters: Optional[bo
         top_in = 0.22 * (head.count("\n") + 1) + 0.15
         bottom_in = 0.2 * -(-len(legend) // ncol) + 0.15
         fig.subplots_adjust(left=0.1 / fw, right=1 - 0.1 / fw, top=1 - top_in / fh, bottom=bottom_in / fh)
-    _draw_edges(ax, D, pos, routes, boxes)
+    half = _box_halfsizes(ax, boxes)
+    colour = {cid: cluster_colour(cid) for cid in clusters}
+    for cid, members in sorted(clusters.items()):
+        _draw_halos(ax, cid, members, pos, half, colour[cid], fontsize)
+    member_of = {v: cid for cid, members in clusters.items() for v in members}
+    _draw_edges(ax, D, pos, routes, half,
+                lambda a, b: colour[member_of[a]] if a in member_of and member_of.get(b) == member_of[a] else None)
     return fig
+
+
+_CLUSTER_COLOURS = ("#2e7d32", "#8e24aa", "#00838f", "#ad1457", "#6d4c41", "#9e9d24", "#3949ab", "#ef6c00")
+_HALO_FILL = "#f1f8e9"
+HALO_PAD_PT = 4.0            # a halo's margin around its node's box, in points
+
+
+def cluster_colour(cid: int) -> str:
+    """The colour of fusion cluster ``cid`` (neighbouring ids differ; the palette repeats every 8)."""
+    return _CLUSTER_COLOURS[cid % len(_CLUSTER_COLOURS)]
+
+
+def fusion_counts(summary: ev.GraphSummary) -> dict:
+    """What the compiler fused in a recipe: ops (kernel-running nodes: not views, inputs, outputs),
+    fused ops (members of a fusion cluster), clusters (each one TPC kernel) and unfused ops."""
+    ops = [n for n in summary.nodes if node_kind(n) in ("op", "cast")]
+    fused = [n for n in ops if n.cluster >= 0]
+    return {"ops": len(ops), "fused ops": len(fused), "clusters": len({n.cluster for n in fused}),
+            "unfused ops": len(ops) - len(fused)}
+
+
+def _draw_halos(ax, cid, members, pos, half, colour, fontsize) -> None:
+    """Fusion cluster ``cid`` drawn as one halo around each member's box, in the cluster's colour:
+    the outline covers exactly the fused ops, never a node between them (a bounding box did: it
+    made the views, matmuls and unfused ops it happened to enclose look fused). The edges between
+    members are drawn in the same colour (_draw_edges), so the halos read as one kernel."""
+    from matplotlib.patches import FancyBboxPatch
+    (ox, oy), (px, py) = ax.transData.transform([(0.0, 0.0), (1.0, 1.0)])
+    pad_pt = HALO_PAD_PT * ax.figure.dpi / 72.0
+    dx, dy = pad_pt / abs(px - ox), pad_pt / abs(py - oy)
+    top = None
+    for v in members:
+        (x, y), (hw, hh) = pos[v], half[v]
+        ax.add_patch(FancyBboxPatch((x - hw - dx, y - hh - dy), 2 * (hw + dx), 2 * (hh + dy),
+                                    boxstyle="round,pad=0,rounding_size=0.06", facecolor=_HALO_FILL,
+                                    edgecolor=colour, linewidth=2.0, zorder=1.5, gid=f"cluster {cid}"))
+        if top is None or (y + hh, -x) > (top[1] + top[2], -top[0]):
+            top = (x, y, hh)
+    x, y, hh = top
+    ax.text(x, y + hh + 1.6 * dy, f"cluster {cid}", fontsize=max(fontsize - 1.5, 4), color=colour,
+            ha="center", va="bottom", zorder=3, gid=f"cluster {cid} label")
 
 
 def _box_halfsizes(ax, boxes) -> Dict[object, tuple]:
@@ -407,13 +447,15 @@ def _to_border(c, half, toward):
     return (c[0] + dx * s, c[1] + dy * s)
 
 
-def _draw_edges(ax, D, pos, routes, boxes) -> None:
+def _draw_edges(ax, D, pos, routes, half, edge_colour=lambda a, b: None) -> None:
     """Edges clipped to the box borders by plain geometry (matplotlib's patch clipping of every
-    arrow costs more than the rest of the figure)."""
+    arrow costs more than the rest of the figure). ``edge_colour(a, b)``: a colour for an edge
+    inside a fusion cluster (drawn thicker), None for the plain grey."""
     from matplotlib.patches import FancyArrowPatch, PathPatch
     from matplotlib.path import Path
-    half = _box_halfsizes(ax, boxes)
     for a, b in D.edges:
+        c = edge_colour(a, b)
+        colour, lw = (c, 1.8) if c else ("#666666", 0.8)
         way = routes.get((a, b), [])
         first = way[0] if way else pos[b]
         start = _to_border(pos[a], half[a], first)
@@ -423,8 +465,8 @@ def _draw_edges(ax, D, pos, routes, boxes) -> None:
                 nxt = way[i + 1] if i + 1 < len(way) else p
                 verts += [p, ((p[0] + nxt[0]) / 2, (p[1] + nxt[1]) / 2)]
                 codes += [Path.CURVE3, Path.CURVE3]
-            ax.add_patch(PathPatch(Path(verts, codes), fill=False, edgecolor="#666666", lw=0.8, zorder=2))
+            ax.add_patch(PathPatch(Path(verts, codes), fill=False, edgecolor=colour, lw=lw, zorder=2))
             start = way[-1]
         end = _to_border(pos[b], half[b], start)
-        ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=9, color="#666666", lw=0.8,
+        ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=9, color=colour, lw=lw,
                                      shrinkA=0, shrinkB=1, zorder=2))

@@ -48,13 +48,14 @@ def _traceable(gm) -> bool:
     value on the host (``.item()`` would be baked into the trace as a constant) or return nothing
     (the trace would drop it): those graphs keep the fx code."""
     from ..graph import CastTo, InplaceOnClone, restride, scatter, view
+    from .layouts import HELPERS
     for n in gm.graph.nodes:
         if n.op != "call_function":
             continue
         t = n.target
         if type(t) in (CastTo, InplaceOnClone):
             t = t.op
-        elif t is operator.getitem or t in (view, scatter, restride):
+        elif t is operator.getitem or t in (view, scatter, restride) or t in HELPERS:
             continue
         if not (isinstance(t, torch._ops.OpOverload) and t.namespace == "aten"):
             return False

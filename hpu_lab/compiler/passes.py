@@ -1,4 +1,5 @@
-"""Graph passes over the fx graph: engines, fusion clusters, tensor classes, memory plan."""
+"""Graph passes over the fx graph: permutation placement (layouts.py), engines, fusion clusters,
+tensor classes, memory plan."""
 from __future__ import annotations
 
 import operator
@@ -9,6 +10,7 @@ from .. import events as ev
 from .. import ops
 from ..graph import view as _view_helper
 from ..tensor import _itemsize
+from . import layouts
 
 
 def _nbytes(meta) -> int:
@@ -147,9 +149,11 @@ def summarize(g) -> ev.GraphSummary:
 
 
 def run_all(g) -> dict:
+    layouts.place_permutes(g)        # first: the permutes it places are nodes the others see
     assign_engines(g)
     clusters = fuse_elementwise(g)
     classify_tensors(g)
+    layouts.mark_views(g)
     peak = memory_plan(g)
     node_count = sum(1 for n in g.nodes if _is_compute(n))
     return {"clusters": clusters, "peak_bytes": peak, "node_count": node_count, "summary": summarize(g)}
