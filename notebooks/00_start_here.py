@@ -289,11 +289,22 @@ print("replays:", len(replay.of(ev.Replay)), " ops traced during the replays:", 
 assert len(replay.of(ev.Replay)) == 8 and traced_after == []
 
 # %% [markdown]
-# Lazy mode and the HPU Graph side by side (eager mode ran in its own process, so its events are not in this one): the table counts, the stacked timelines show where the host's time goes.
+# Lazy mode and the HPU Graph side by side (eager mode ran in its own process, so its events are not in this one): the table counts, the stacked timelines show where the host's time goes. The HPU Graph's warm-up and capture happen once, so they get their own row, in totals; its replays are per step, like lazy mode's steps:
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-widgets.compare([lazy, replay])
+widgets.compare([lazy, replay], steps=8)      # 8 training steps each
+
+# %% [markdown]
+# The same table as data: the capture is a row of its own, and the replayed steps compiled and traced nothing:
+
+# %%
+from widgets.comparison import compare_rows
+lazy_row, capture_row, replay_row = compare_rows([lazy, replay], steps=8)
+for row in (lazy_row, capture_row, replay_row):
+    print(f"{row['section'][:60]:60s} a step is: {row['a step is']:13s} steps {row['steps']}, compiles {row['compiles']}, replays {row['replays']}")
+assert capture_row["a step is"] == "once" and capture_row["compiles"] >= 1
+assert (replay_row["steps"], replay_row["replays"], replay_row["compiles"]) == (8, 8, 0)
 
 # %% [markdown]
 # ## 6. The bridge's own counters

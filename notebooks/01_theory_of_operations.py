@@ -381,6 +381,44 @@ aliases = [n for n in alias_compile.graph.nodes if n.tensor_class == "alias"]
 assert len(inputs) == 1                                  # x, used four times, is one device buffer
 assert len(aliases) == 2 and {n.op for n in aliases} == {"view"}   # the views read x's memory, no copy
 
+# %% [markdown]
+# > *Optimal placement of permutations for channel last memory format of tensors.*
+#
+# Gaudi's convolutions read and write channels-last (NHWC) activations; a PyTorch tensor is NCHW. Lowered op by op, every convolution would need a permute in and a permute out. The pass keeps values NHWC from one convolution to the next (through the elementwise ops between them) and permutes only where they enter or leave. Its switch, `PT_HPU_ENABLE_SYNAPSE_LAYOUT_HANDLING` (default `true`), is read at start-up, so a three-convolution net runs in two fresh processes, with it on and off; each counts the permutes in its recipe and re-times it on the Gaudi clock:
+
+# %%
+LAYOUTS = PRELUDE + """
+import copy
+import hpu_lab.perfmodel as pm
+torch.manual_seed(0)
+convnet = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(),
+                        nn.Conv2d(8, 4, 1))
+image = torch.randn(8, 3, 32, 32)
+net = copy.deepcopy(convnet).to("hpu")
+with torch.no_grad(), ev.Collector() as c:
+    y = net(image.to("hpu"))
+    htcore.mark_step()
+    equal = torch.equal(y.cpu(), convnet(image))
+(compiled,) = c.of(ev.Compile)
+report(convolutions=sum(n.op == "aten::convolution" for n in compiled.graph.nodes),
+       permutes=sum(n.op == "aten::permute" for n in compiled.graph.nodes),
+       device_us=round(pm.retime(c.events, "gaudi").device_busy_ns / 1e3, 1), equal_to_cpu=equal)
+"""
+layout = {v: run_fresh(LAYOUTS, PT_HPU_ENABLE_SYNAPSE_LAYOUT_HANDLING=v) for v in ("true", "false")}
+for v, r in layout.items():
+    print(f"PT_HPU_ENABLE_SYNAPSE_LAYOUT_HANDLING={v:5s} {r}")
+
+# %% [markdown]
+# Placed, the recipe permutes twice (into NHWC before the first convolution, back after the last); unplaced, twice per convolution. The values are the CPU's bit for bit either way, and the modeled device time is lower with the pass:
+
+# %%
+# claim T7
+on, off = layout["true"], layout["false"]
+assert on["convolutions"] == off["convolutions"] == 3
+assert on["permutes"] == 2 and off["permutes"] == 2 * off["convolutions"]
+assert on["equal_to_cpu"] and off["equal_to_cpu"]
+assert on["device_us"] < off["device_us"]
+
 
 # %% [markdown]
 # ## 6. The bridge: PyTorch kernels
@@ -626,7 +664,8 @@ assert data.shape == (200, 1, 28, 28)
 #   graph every iteration, which is host time, but the recipe comes from the cache after the first steps.
 # - The recipe cache answers per op in eager mode and per graph in lazy mode.
 # - A recipe is the result of the bridge's passes: fused clusters, MME/TPC engines, persistent vs
-#   non-persistent tensors and a memory plan. It is launched asynchronously.
+#   non-persistent tensors and a memory plan, permutes placed around channels-last convolutions. It is launched
+#   asynchronously.
 #
 # ## Exercises
 # 1. In section 4, replace `y.item()` with `print(y)`. What is the host sync reason now?

@@ -428,7 +428,7 @@ assert accuracy > 0.5
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-widgets.compare([lazy, mgc, cacher, replay])
+widgets.compare([lazy, mgc, cacher, replay], steps=8)      # 8 training steps each
 
 # %% [markdown]
 # ## 5. Host time per step, next to the seed's table
