@@ -236,6 +236,24 @@ class Collective(Event):
 
 
 @dataclass(frozen=True)
+class StreamRecord(Event):
+    """An hpu Event recorded on ``stream`` (graphs/streams.py): a marker that completes once the work
+    queued on that stream before it has run. ``marker`` names it for the StreamWaits on it."""
+    marker: int = 0
+    stream: int = 0
+    src: str = ""
+
+
+@dataclass(frozen=True)
+class StreamWait(Event):
+    """``stream`` waits for marker ``marker`` recorded on another stream (``Stream.wait_event``,
+    ``wait_stream``, ``Event.wait``): work queued on ``stream`` afterwards starts after it."""
+    marker: int = 0
+    stream: int = 0
+    src: str = ""
+
+
+@dataclass(frozen=True)
 class HostWait(Event):
     """Host time blocked outside hpu_lab (made by the Gaudi clock from ``blocked_ns``, not emitted)."""
     reason: str = ""
