@@ -432,3 +432,33 @@ def test_recorded_stream_waits_order_the_modeled_device_lanes():
     side_end = max(s.end_ns for s in r.spans[f"hpu:{side.stream_id}"])
     assert all(s.start_ns >= side_end for s in r.spans["hpu:0"])
     assert r.spans["hpu:0"]
+
+
+# ------------------------------------------------------------------ observing does not distort
+
+def test_a_live_panel_leaves_the_modeled_figures_as_they_were():
+    """The same loop recorded bare and under a live panel redrawing as often as it can: the device
+    lanes are identical, and the panel's redraws (each ~100 ms of CPU) are not the user's host time."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from widgets.panel import SectionPanel
+    _, _, step = seed_setup(64)
+    bare = pm.retime(record(step, n=20), "gaudi2")
+    for _ in range(3):
+        step()
+    torch.hpu.synchronize()
+    p = SectionPanel("t", min_interval=0.02, budget=0.9)
+    with ev.Collector() as c:
+        p.attach(live=True)
+        for _ in range(20):
+            step()
+        torch.hpu.synchronize()
+        p.detach()
+    watched = pm.retime(c.events, "gaudi2")
+    assert p.stats["live_refreshes"] >= 2
+    assert [s.duration_ns for s in bare.spans["hpu:0"]] == [s.duration_ns for s in watched.spans["hpu:0"]]
+    assert bare.launches == watched.launches and bare.verdict == watched.verdict == "host-bound"
+    redraws = p.stats["live_s"] * 1e9
+    # counted as host time, the redraws alone would add `redraws`; what may leak is their side
+    # effects on the user's CPU time (caches), a fraction of it
+    assert _host_cpu(watched) - _host_cpu(bare) < 0.5 * redraws, (_host_cpu(bare), _host_cpu(watched), redraws)
