@@ -320,9 +320,10 @@ _pread_holding_gil = _gil_holding_pread()
 
 # A host event stamped within this much wall time of the thread's previous stamp (and of its last
 # thread-clock reading) takes its CPU time as the previous one plus the wall time in between: the
-# thread-clock reading is a system call, 2 us on an idle VM and up to 70 us under load (profiled: 3 s
-# of a 600-step loop's 45,000 events). Readings every 0.5 ms keep the host lane on CPU time.
-CPU_READ_NS = 500_000
+# thread-clock reading is a system call, 2 us on an idle VM and 70-220 us under load (profiled: 3 s
+# of a 600-step loop's 45,000 events). A reading at least every 1 ms (and after any gap of 1 ms, where
+# the blocked-time test needs it) keeps the host lane on CPU time.
+CPU_READ_NS = BLOCKED_MIN_NS
 
 # Observers that return within this much wall time are charged their wall time as their CPU time
 # (a list.append, a collector: the chance of being descheduled inside ~1 us is nil); longer ones
