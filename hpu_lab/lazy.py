@@ -15,6 +15,7 @@ import torch
 from . import config
 from . import events as ev
 from . import ops
+from . import readback
 from ._source import user_src
 from .capture import GraphCapture
 from .compiler import find
@@ -710,7 +711,8 @@ def to_cpu(t, reason: str):
             tt = ev.now()
             ev.emit(ev.HostSync(tt, tt, "host", ev.recorder.step, reason=reason, src=src))
     base = build_layout(base, st)
-    return base.as_strided(t._size, t._stride, t._offset).clone()
+    t0 = ev.now()                           # the copy out is a DeviceToHost (readback.py)
+    return readback.copied(t0, base.as_strided(t._size, t._stride, t._offset).clone(), src)
 
 
 def build_layout(base, st):

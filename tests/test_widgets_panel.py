@@ -268,7 +268,7 @@ def test_live_timeline_shows_the_latest_steps(monkeypatch):
     p._live_now = True
     p.refresh(["Timeline"])
     n, kw = calls[-1]
-    assert kw["step_range"] == (30 - pn.LIVE_STEPS, 29) and n == len(evs)
+    assert kw["step_range"] == (30 - pn.LIVE_STEPS, 29) and n < len(evs) / 2
     assert kw["title"].startswith("Running: steps") and kw["t0_ns"] == evs[0].t_start
 
 

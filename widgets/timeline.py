@@ -58,7 +58,7 @@ _HOST_KIND = {
 }
 
 # Host kinds that are not bars at all (markers or boundaries) but still end a trace run.
-_NOT_A_BAR = (ev.MarkStep, ev.MemorySample, ev.CaptureBegin, ev.CaptureEnd)
+_NOT_A_BAR = (ev.MarkStep, ev.MemorySample, ev.CaptureBegin, ev.CaptureEnd, ev.StreamRecord, ev.StreamWait)
 
 
 def _label(e: ev.Event) -> str:
@@ -79,7 +79,7 @@ def _label(e: ev.Event) -> str:
         return e.op
     if isinstance(e, ev.Error):
         return f"error {e.op}"
-    if isinstance(e, ev.HostToDevice):
+    if isinstance(e, (ev.HostToDevice, ev.DeviceToHost)):
         return f"copy {e.nbytes / 1e6:.2g} MB"
     return e.kind
 

@@ -28,25 +28,26 @@ for _ in range(5):
 torch.hpu.synchronize()
 
 def _plain(n):
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     for _ in range(n):
         _step()
     torch.hpu.synchronize()
-    return time.perf_counter() - t
+    return time.perf_counter() - t, time.process_time() - c
 
 def _panel(n):
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     with widgets.section("bench: panel overhead"):
         for _ in range(n):
             _step()
         torch.hpu.synchronize()
-        loop = time.perf_counter() - t
-    return loop, time.perf_counter() - t
+        loop, loop_cpu = time.perf_counter() - t, time.process_time() - c
+    return loop, time.perf_counter() - t, loop_cpu
 """
 
 
 def measure(steps: int = 600, rounds: int = 3, batch: int = 64, timeout: float = 600) -> dict:
-    """{"plain_s", "loop_s", "cell_s"}: medians over ``rounds`` (plain, then with the panel)."""
+    """{"plain_s", "plain_cpu_s", "loop_s", "cell_s", "loop_cpu_s"}: medians over ``rounds`` (plain,
+    then with the panel)."""
     from jupyter_client.manager import start_new_kernel
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -65,13 +66,16 @@ def measure(steps: int = 600, rounds: int = 3, batch: int = 64, timeout: float =
         rows = []
         for _ in range(rounds):
             out.clear()
-            run(f"print(json.dumps([_plain({steps}), *_panel({steps})]))")
+            run(f"print(json.dumps([*_plain({steps}), *_panel({steps})]))")
             rows.append(json.loads("".join(out).strip().splitlines()[-1]))
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
-    med = [statistics.median(r[i] for r in rows) for i in range(3)]
-    return {"plain_s": med[0], "loop_s": med[1], "cell_s": med[2], "rows": rows, "steps": steps}
+    # each row: plain wall, plain CPU, loop wall, cell wall, loop CPU (CPU: the kernel process's,
+    # every thread: steadier than wall time on a loaded machine)
+    med = [statistics.median(r[i] for r in rows) for i in range(5)]
+    return {"plain_s": med[0], "plain_cpu_s": med[1], "loop_s": med[2], "cell_s": med[3], "loop_cpu_s": med[4],
+            "rows": rows, "steps": steps}
 
 
 def main(argv=None) -> dict:
@@ -86,6 +90,8 @@ def main(argv=None) -> dict:
     print(f"loop inside widgets.section(...)   {l:6.2f} s   (+{100 * (l / p - 1):.0f}%; target <= "
           f"{100 * TARGET:.0f}%: {l / p - 1 <= TARGET})")
     print(f"whole cell, with the final redraw  {c:6.2f} s   (+{100 * (c / p - 1):.0f}%)")
+    pc, lc = r["plain_cpu_s"], r["loop_cpu_s"]
+    print(f"process CPU time: plain {pc:.2f} s, loop in the section {lc:.2f} s (+{100 * (lc / pc - 1):.0f}%)")
     return r
 
 

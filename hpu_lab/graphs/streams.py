@@ -25,6 +25,7 @@ from ..runtime import executor
 
 _POOL = 4                       # side streams 1..4, handed out round robin
 _next_side = itertools.count(0)
+_marker_ids = itertools.count(1)   # names recorded events in the event stream (StreamRecord/StreamWait)
 
 
 _PRIVATEUSE1 = int(torch._C._autograd.DeviceType.PrivateUse1)
@@ -162,6 +163,7 @@ class Event(torch.Event):
     def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
         self._timing = enable_timing
         self._marker = None        # the executor launch that completes with the event
+        self._marker_id = 0        # its name in the event stream
         self._t = None             # perf_counter_ns when the marker ran (enable_timing)
 
     def record(self, stream=None) -> None:
@@ -180,13 +182,24 @@ class Event(torch.Event):
         else:
             fn = _nothing
         self._marker = executor.stream(_index_of(s)).submit_fn(fn)
+        self._marker_id = next(_marker_ids)
+        if ev.wants(ev.StreamRecord):         # the Gaudi clock orders cross-stream waits by it
+            t = ev.now()
+            ev.emit(ev.StreamRecord(t, t, "host", ev.recorder.step, marker=self._marker_id,
+                                    stream=_index_of(s), src=src))
 
     def wait(self, stream=None) -> None:
         """Make all future work on ``stream`` (default: current) wait for this event."""
         m = self._marker
         s = current_stream() if stream is None else stream
         i = _index_of(s)
-        if m is None or m.stream == i or m.done.is_set():
+        if m is None or m.stream == i:
+            return
+        if ev.wants(ev.StreamWait):           # also when the marker ran already here: on the Gaudi
+            t = ev.now()                      # clock the recorded work may still be running
+            ev.emit(ev.StreamWait(t, t, "host", ev.recorder.step, marker=self._marker_id, stream=i,
+                                  src=user_src(2)))
+        if m.done.is_set():
             return
         executor.stream(i).submit_fn(m.done.wait)
 

@@ -16,6 +16,10 @@ a DMA span on that lane, not host time: the host does not wait, and later launch
 start after it. Each launch becomes a device span that starts at max(modeled launch time, the
 lane's free time) and lasts the recipe's modeled cost (cost.recipe_cost of its graph).
 
+Cross-stream order. ``StreamRecord`` (an hpu Event recorded on a stream) completes at the modeled
+end of the work queued on that stream before it; after a ``StreamWait`` on it (``wait_event``,
+``wait_stream``), the waiting stream's next work starts no earlier than that.
+
 Events recorded without stamps (``cpu_ns == -1``) fall back to wall-time gaps.
 """
 from __future__ import annotations
@@ -154,6 +158,7 @@ class Retimer:
         self.executed: set = set()                # launch_ids whose DeviceExecution was fed
         self.waiting: Dict[int, List[int]] = {}   # launch_id -> out positions of executions fed first
         self.free: Dict[str, int] = {}            # device lane -> free at
+        self.markers: Dict[int, int] = {}         # StreamRecord marker -> modeled completion
         self.wall_marks: List[int] = []           # wall t_end of each host event (enclosing spans)
         self.host_marks: List[int] = []           # modeled time at that event
         self.H = 0
@@ -258,6 +263,16 @@ class Retimer:
                 end = start + cost.copy_ns(e.nbytes, card, pinned=e.pinned)
             elif kind is ev.Collective:
                 end = start + cost.collective_ns(e.op, e.nbytes, e.world_size, card)
+            elif kind is ev.StreamRecord:
+                # the marker completes when the work queued on its stream so far has (and not
+                # before the host queued it)
+                end = start + cpu_span
+                self.markers[e.marker] = max(free.get(f"hpu:{e.stream}", 0), end)
+            elif kind is ev.StreamWait:
+                # later work on the waiting stream starts after the marker: the lane is busy until then
+                end = start + cpu_span
+                dlane = f"hpu:{e.stream}"
+                free[dlane] = max(free.get(dlane, 0), self.markers.get(e.marker, 0))
             elif isinstance(e, _ENCLOSING):
                 i = bisect.bisect_right(wall_marks, e.t_start) - 1
                 start = host_marks[i] if i >= 0 else start
