@@ -164,7 +164,7 @@ print("peak device memory above the inputs:", {b: f"{results[b][1] / 2**20:.2f} 
 assert peaks[0] < peaks[1] < peaks[2]
 
 # %% [markdown]
-# and so does throughput, as the per-step host cost is spread over more samples. Throughput on the Gaudi clock (first-generation Gaudi: the epoch's recorded events re-timed, see `docs/gaudi_clock.md`; its host part is this machine's CPU time for the tracing, so the figures vary by machine):
+# and so does throughput, as the per-step host cost is spread over more samples, and so is each launch's fixed device cost (the modeled device time of the same 1600 samples falls; that part of the figures does not vary). Throughput on the Gaudi clock (first-generation Gaudi: the epoch's recorded events re-timed, see `docs/gaudi_clock.md`; its host part is this machine's CPU time for the tracing, so the figures vary by machine):
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -173,8 +173,10 @@ samples_per_s = {b: len(train_set) / (results[b][0].wall_ns / 1e9) for b in resu
 for b, (r, _) in results.items():
     print(f"batch {b:3d}: {samples_per_s[b]:9.0f} samples/s on {r.card.device_name}, {r.verdict}, "
           f"device busy {r.device_busy_ns / 1e6:.2f} ms of {r.wall_ns / 1e6:.1f} ms")
-assert samples_per_s[100] < samples_per_s[400] < samples_per_s[800]
+busy = {b: results[b][0].device_busy_ns for b in results}      # modeled device time for the same 1600 samples
+assert busy[100] > busy[400] > busy[800]                       # fewer, bigger launches: less fixed cost per sample
 assert results[800][0].launches < results[100][0].launches     # 8x fewer steps, each costs the same host work
+assert samples_per_s[100] < samples_per_s[800]                 # (400 vs 800 is closer: measured host time can swap them)
 
 # %% [markdown]
 # The seed's two other limits on batch size:
