@@ -16,7 +16,7 @@
 # - which switches remove compilations, which remove host work, and which only help a host-bound model.
 #
 # **What you'll need**
-# - notebooks 01–04; about a minute of CPU time.
+# - notebooks 01–04; about two minutes of CPU time (section 1 starts two Python processes).
 
 # %%
 import torch
@@ -77,36 +77,71 @@ def train_epoch(model, optimizer, loader):
 #
 # > *In lazy mode, the graph compiler generates optimized binary code that implements the given model topology on Gaudi. It performs operator fusion, data layout management, parallelization, pipelining and memory management, as well as graph-level optimizations.*
 #
-# Two steps in eager mode (`use_lazy_mode=False`), then two in lazy mode:
+# `use_lazy_mode=False` means eager mode, which the bridge chooses once, from `PT_HPU_LAZY_MODE` read before `import habana_frameworks.torch` (seed 004: *"This flag needs to be set before invoking a Python script importing HPU"*). On a Gaudi the two modes are two processes, not a switch, and so they are here: the same two training steps run as a small script in a fresh Python process for each mode, with the variable set before its imports; the script prints what it counted as JSON.
+
+# %%
+import json, subprocess, sys
+
+def run_fresh(script, **env):
+    """Run `script` in a new Python process with `env` set before its imports; return the JSON it prints last."""
+    p = subprocess.run([sys.executable, "-c", script], env=dict(os.environ, **env),
+                       capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+TWO_STEPS = """
+import json, torch, torch.nn.functional as F
+import hpu_lab, hpu_lab.core as htcore
+from hpu_lab import events as ev
+from hpu_lab.data import MNISTLike
+from hpu_lab.examples import Net      # seed 000's model, as above
+
+torch.manual_seed(0)
+model = Net().to("hpu")
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = torch.utils.data.DataLoader(MNISTLike(train=True), batch_size=200)
+with ev.Collector() as c:             # train_epoch above, on two batches
+    for (data, target), _ in zip(loader, range(2)):
+        optimizer.zero_grad(set_to_none=True)
+        loss = F.nll_loss(model(data.to("hpu")), target.to("hpu"))
+        loss.backward()
+        htcore.mark_step()
+        optimizer.step()
+        htcore.mark_step()
+    final = loss.item()
+launches = c.of(ev.Launch)
+print(json.dumps({"lazy_mode": hpu_lab.config.lazy_mode(), "launches": len(launches),
+                  "largest_graph": max(sum(n.op not in ("input", "output", "view") for n in e.graph.nodes) for e in launches),
+                  "fused_clusters": sum(len({n.cluster for n in e.graph.nodes if n.cluster >= 0}) for e in launches),
+                  "loss": final}))
+"""
+modes = {flag: run_fresh(TWO_STEPS, PT_HPU_LAZY_MODE=flag) for flag in ("0", "1")}
+for flag, r in modes.items():
+    print(f"PT_HPU_LAZY_MODE={flag}: {r}")
+
+# %% [markdown]
+# In eager mode every graph is one op (dropout's is two, its mask and the multiply), so there is nothing to fuse; lazy mode's graphs hold whole chains of elementwise ops, which the compiler fuses into clusters. The two processes computed the same loss:
+
+# %%
+# claim O1
+eager_run, lazy_run = modes["0"], modes["1"]
+assert not eager_run["lazy_mode"] and lazy_run["lazy_mode"]
+assert eager_run["largest_graph"] <= 2 and eager_run["fused_clusters"] == 0
+assert lazy_run["largest_graph"] > 10 and lazy_run["fused_clusters"] >= 2
+assert eager_run["launches"] > 5 * lazy_run["launches"]
+assert abs(eager_run["loss"] - lazy_run["loss"]) < 1e-5
+
+# %% [markdown]
+# The panel of the same two steps in this notebook's process, which runs in lazy mode (the default):
 
 # %%
 loader = torch.utils.data.DataLoader(train_set, batch_size=200)
 two_batches = list(loader)[:2]
 
 # %%
-# %%hpu_section "Eager mode: 2 steps" --as eager
-hpu_lab.config.set(PT_HPU_LAZY_MODE="0")
-model, optimizer = fresh()
-train_epoch(model, optimizer, two_batches)
-hpu_lab.config.set(PT_HPU_LAZY_MODE="1")
-
-# %%
 # %%hpu_section "Lazy mode: 2 steps" --as lazy
 model, optimizer = fresh()
 train_epoch(model, optimizer, two_batches)
-
-
-# %% [markdown]
-# In eager mode every graph is one op, so there is nothing to fuse; lazy mode's graphs hold whole chains of elementwise ops, which the compiler fuses into clusters:
-
-# %%
-# claim O1
-def clusters(s):
-    return sum(e.graph is not None and len({n.cluster for n in e.graph.nodes if n.cluster >= 0})
-               for e in s.of(ev.Launch))
-print(f"eager: {len(eager.of(ev.Launch))} launches, {clusters(eager)} fused clusters launched")
-print(f"lazy:  {len(lazy.of(ev.Launch))} launches, {clusters(lazy)} fused clusters launched")
-assert clusters(eager) == 0 and clusters(lazy) >= 2
 
 
 # %% [markdown]
@@ -133,21 +168,25 @@ loaders = {
 for name, l in loaders.items():
     print(f"{name:15s} batches: {[len(t) for _, t in l]}")
 
+# %% [markdown]
+# Each loader trains one epoch from an empty recipe cache (`hpu_lab.compiler.clear()` before each, so no loader is served by another's recipes). Count the compiles of the forward+backward graph (more than 10 nodes; the optimizer's graph is smaller) and the batch sizes they were compiled for:
+
 # %%
 # claim O2
-hpu_lab.compiler.clear()                   # forget every recipe: count this section's compiles from zero
 fwd_bwd_compiles = {}
 for name, l in loaders.items():
+    hpu_lab.compiler.clear()               # forget every recipe: this loader starts cold
     model, optimizer = fresh()
     with ev.Collector() as c:
         train_epoch(model, optimizer, l)
-    fwd_bwd_compiles[name] = sorted({e.reason for e in c.of(ev.Compile) if e.node_count > 10})
-    print(f"{name:15s} forward+backward compiles: {len(fwd_bwd_compiles[name])}  {fwd_bwd_compiles[name]}")
-assert len(fwd_bwd_compiles["no padding"]) == 2
-assert fwd_bwd_compiles["padded"] == [] and fwd_bwd_compiles["drop_last=True"] == []   # served from the cache
+    compiles = [e for e in c.of(ev.Compile) if e.node_count > 10]
+    fwd_bwd_compiles[name] = len(compiles)
+    batch_sizes = sorted({n.shape[0] for e in compiles for n in e.graph.nodes if n.op == "input" and len(n.shape) == 4})
+    print(f"{name:15s} forward+backward compiles: {len(compiles)}, for batch sizes {batch_sizes}")
+assert fwd_bwd_compiles == {"no padding": 2, "padded": 1, "drop_last=True": 1}
 
 # %% [markdown]
-# (The first loader compiled the forward+backward graph for 256 — and once more for the last 64; the other two never met a new shape, so the cache served everything.)
+# The unpadded loader compiled the forward+backward graph twice, for 256 and once more for the last 64; padding or dropping the last batch leaves one shape, so one compile.
 
 # %% [markdown]
 # ## 3. Warm-up steps
@@ -257,14 +296,24 @@ assert all(p.dtype == torch.float32 for p in model.parameters())
 hmp._restore()                                    # lab-only: undo convert()
 
 # %% [markdown]
-# `torch.autocast` (`--bf16` in Optimum) does the same with the bridge's autocast lists: see notebook 01, section 9.
+# > *To apply HMP, you must set `"use_habana_mixed_precision"` to true in the Gaudi configuration file. … Torch Autocast can also be used as a backend for mixed-precision training. You need to add the argument `--bf16` to enable it.*
+#
+# `--bf16` runs the step under `torch.autocast("hpu", dtype=torch.bfloat16)`, which does the same with the bridge's autocast lists: notebook 01, section 9, measures it (claim T11).
 
 # %% [markdown]
 # ## 5. HPU Graphs for training
 #
 # > *To do so, specify `--use_hpu_graphs_for_training True`. This option will wrap the model in `habana_frameworks.torch.hpu.ModuleCacher`, which automatically records HPU Graphs on the model's usage.*
 #
-# That is, `ht.hpu.ModuleCacher()(model=model, inplace=True)`:
+# In optimum-habana (1.21) the switch is three lines of `GaudiTrainer._wrap_model` (`optimum/habana/transformers/trainer.py`):
+#
+# ```python
+# if self.args.use_hpu_graphs_for_training:
+#     import habana_frameworks.torch as ht
+#     ht.hpu.ModuleCacher()(model=model, inplace=True)
+# ```
+#
+# optimum-habana is not a dependency of this lab (it pulls transformers, about 1 GB, and a `GaudiTrainer` needs a transformers model), so this notebook does not run `GaudiTrainer`: it runs the line the switch runs, on seed 000's model, and measures what it changes against the same epoch without it.
 
 # %%
 model, optimizer = fresh()
@@ -274,11 +323,28 @@ model = htcore.hpu.ModuleCacher()(model=model, inplace=True)      # use_hpu_grap
 # %%hpu_section "use_hpu_graphs_for_training: one epoch" --as graphs
 train_epoch(model, optimizer, loader)
 
+# %% [markdown]
+# The same epoch without the switch, its events collected (no panel: it looks like section 1's):
+
+# %%
+plain_model, plain_optimizer = fresh()
+with ev.Collector() as no_graphs:
+    train_epoch(plain_model, plain_optimizer, loader)
+
+# %% [markdown]
+# With the switch the model's forward and backward are captured once, as two HPU Graphs, and replayed every step; the host no longer traces the model's ops one by one (only the optimizer's, outside the graphs):
+
 # %%
 # claim O5
+model_ops = ("aten::addmm", "aten::relu", "aten::_log_softmax")          # the forward's ops
+traced = {name: sum(e.op in model_ops for e in s.of(ev.OpAccumulated))
+          for name, s in (("without the switch", no_graphs), ("use_hpu_graphs_for_training", graphs))}
 print("graphs captured:", len(graphs.of(ev.CaptureEnd)), "(forward and backward), replays:", len(graphs.of(ev.Replay)))
+print("forward ops (addmm, relu, log_softmax) traced by the host in the epoch:", traced)
 assert model.module_cacher.num_graphs == 1 and len(graphs.of(ev.CaptureEnd)) == 2
-assert len(graphs.of(ev.Replay)) == 2 * len(loader)
+assert len(graphs.of(ev.Replay)) == 2 * len(loader) and no_graphs.of(ev.Replay) == []
+per_step = traced["without the switch"] / len(loader)             # forward ops traced per step without graphs
+assert traced["use_hpu_graphs_for_training"] <= 2 * per_step < traced["without the switch"]   # at the capture, not every step
 
 
 # %% [markdown]
@@ -339,14 +405,29 @@ assert len(piped.of(ev.Launch)) == len(plain.of(ev.Launch)) + 1
 
 
 # %% [markdown]
-# > *When training models that require large device memory, we suggest disabling this optimization because it will increase the HPU memory usage.* (The forward's activations become graph outputs held until backward.)
+# > *Furthermore, when training models that require large device memory, we suggest disabling this optimization because it will increase the HPU memory usage.*
+#
+# Why: without pipelining, forward and backward are one graph, and the activations the backward needs are tensors *inside* it (non-persistent: the compiler may reuse their memory within the graph). With pipelining the forward is a graph of its own, so every activation the backward needs becomes one of its outputs, a persistent tensor held in device memory until the backward graph runs. Count them, and their bytes, in each variant's first graph:
+
+# %%
+def held_activations(s):                     # persistent outputs of the step's first graph with the batch dimension
+    g = s.of(ev.Launch)[0].graph
+    return [(n.op.replace("aten::", ""), n.shape, n.out_bytes) for n in g.nodes
+            if n.tensor_class == "persistent" and n.op != "input" and n.shape[:1] == (len(target),)]
+for s in (plain, piped):
+    acts = held_activations(s)
+    print(f"{s.title}: {len(acts)} activations held for the backward, {sum(b for *_, b in acts) / 1024:.0f} KiB: {[a[:2] for a in acts]}")
+assert held_activations(plain) == []
+assert sum(b for *_, b in held_activations(piped)) >= 2 * len(target) * 128 * 4     # at least relu's output and the dropout mask
 
 # %% [markdown]
 # ## 8. More data-loader workers
 #
 # > *If the workload of the data loader is heavy, you can increase the number of workers to make your run faster.*
 #
-# A dataset whose items take 4 ms each to prepare (decoding, augmenting ... here, a sleep):
+# > *Besides, using `--dataloader_num_workers 1` should help in most cases as it enables data loading in a thread different from the main one.*
+#
+# A dataset whose items take 4 ms each to prepare (decoding, augmenting ... here, a sleep: the time a real transform would take, not something hpu_lab models):
 
 # %%
 class HeavyDataset(torch.utils.data.Dataset):
@@ -359,7 +440,7 @@ class HeavyDataset(torch.utils.data.Dataset):
 
 model, optimizer = fresh()
 heavy_loaders = {n: torch.utils.data.DataLoader(HeavyDataset(), batch_size=64, num_workers=n,
-                                                persistent_workers=n > 0) for n in (0, 2)}
+                                                persistent_workers=n > 0) for n in (0, 1, 2)}
 
 def epoch_clock(num_workers):                # one epoch on the Gaudi clock (first-generation Gaudi)
     with ev.Collector() as c:
@@ -367,18 +448,19 @@ def epoch_clock(num_workers):                # one epoch on the Gaudi clock (fir
         torch.hpu.synchronize()
     return pm.retime(c.events, "gaudi")
 
-_ = epoch_clock(0), epoch_clock(2)          # warm up: compile, start the workers
+_ = [epoch_clock(n) for n in heavy_loaders]   # warm up: compile, start the workers
 
 # %% [markdown]
-# On the Gaudi clock the host's wait for the loader is "host waits (outside hpu_lab)" (`blocked_ns`, `docs/gaudi_clock.md`): real time the host would also spend. Two workers prepare batches in parallel while the main thread trains, so the host waits less and the epoch is shorter (the waits are this machine's sleeps, so the figures vary a little):
+# On the Gaudi clock the host's wait for the loader is "host waits (outside hpu_lab)" (`blocked_ns`, `docs/gaudi_clock.md`): real time the host would also spend. With one worker the items are prepared in another process while the main one trains (here a batch takes far longer to prepare than to train on, so one worker cannot hide it: the epoch takes about as long); with two, two batches are prepared at once. The host waits less and the epoch is shorter (the waits are this machine's sleeps, so the figures vary a little):
 
 # %%
 # NBVAL_IGNORE_OUTPUT
 # claim O8
-r0, r2 = epoch_clock(0), epoch_clock(2)
-for n, r in ((0, r0), (2, r2)):
+clocks = {n: epoch_clock(n) for n in heavy_loaders}
+for n, r in clocks.items():
     print(f"dataloader_num_workers={n}: epoch {r.wall_ns / 1e6:.0f} ms, host waiting for data {r.blocked_ns / 1e6:.0f} ms, "
           f"device busy {r.device_busy_ns / 1e6:.2f} ms")
+r0, r1, r2 = clocks[0], clocks[1], clocks[2]
 assert r2.wall_ns < 0.85 * r0.wall_ns and r0.blocked_ns > r2.blocked_ns
 
 # %% [markdown]
@@ -478,6 +560,33 @@ print(f"default eps: torch.optim.AdamW {torch_eps:g}, FusedAdamW {fused_eps:g}")
 assert (torch_eps, fused_eps) == (1e-8, 1e-6)
 
 # %% [markdown]
+# In Optimum these two are switched on in the Gaudi configuration file, not by training arguments:
+#
+# > *It can be used by specifying `"use_fused_adam": true` in the Gaudi configuration file. … It can be used by specifying `"use_fused_clip_norm": true` in the Gaudi configuration file.*
+#
+# ```json
+# {"use_habana_mixed_precision": false, "use_fused_adam": true, "use_fused_clip_norm": true}
+# ```
+#
+# With that file, `GaudiTrainer.create_optimizer` takes `habana_frameworks.torch.hpex.optimizers.FusedAdamW` as the optimizer class, and the training loop clips with `FusedClipNorm(model.parameters(), args.max_grad_norm)` instead of `torch.nn.utils.clip_grad_norm_`: the two objects measured above. The rest of this notebook's switches are `GaudiTrainingArguments`, all in one place:
+#
+# ```python
+# args = GaudiTrainingArguments(
+#     output_dir="out", use_habana=True, gaudi_config_name="gaudi_config.json",
+#     use_lazy_mode=True,                       # section 1
+#     dataloader_drop_last=True,                # section 2 (or leave the default padding)
+#     throughput_warmup_steps=3,                # section 3
+#     bf16=True,                                # section 4: autocast (--bf16)
+#     use_hpu_graphs_for_training=True,         # section 5
+#     distribution_strategy="fast_ddp",         # section 6, notebook 08
+#     pipelining_fwd_bwd=True,                  # section 7
+#     dataloader_num_workers=1,                 # section 8
+#     non_blocking_data_copy=True,              # section 9
+#     logging_steps=500,                        # section 11: the default
+# )
+# ```
+
+# %% [markdown]
 # ## 11. Tracking memory usage
 #
 # > *`memory_allocated (GB)` refers to the current memory consumption in GB, `max_memory_allocated (GB)` … the maximum memory consumption reached during the run, `total_memory_available (GB)` … the total memory available on the device.*
@@ -485,10 +594,14 @@ assert (torch_eps, fused_eps) == (1e-8, 1e-6)
 # The three numbers Optimum logs every `logging_steps`, taken after an epoch with batch 800:
 
 # %%
+import gc
+model = optimizer = None                   # drop the previous section's model and optimizer,
+_ = gc.collect()                           # free what earlier sections left behind ...
+torch.hpu.synchronize()
+before = torch.hpu.memory_allocated()      # ... and what they still hold is not this run's
 torch.hpu.reset_peak_memory_stats()
 model, optimizer = fresh(torch.optim.Adadelta)
 train_epoch(model, optimizer, torch.utils.data.DataLoader(train_set, batch_size=800))
-import gc
 _ = gc.collect()                           # free what Python no longer references ...
 torch.hpu.synchronize()                    # ... and let the device thread finish its frees
 
@@ -497,14 +610,34 @@ torch.hpu.synchronize()                    # ... and let the device thread finis
 # claim O11
 def to_gb(b):
     return round(b / 1024 ** 3, 4)
+free, total = torch.hpu.mem_get_info()
 stats = {
     "memory_allocated (GB)": to_gb(torch.hpu.memory_allocated()),
     "max_memory_allocated (GB)": to_gb(torch.hpu.max_memory_allocated()),
-    "total_memory_available (GB)": to_gb(torch.hpu.mem_get_info()[1]),
+    "total_memory_available (GB)": to_gb(total),
 }
 print(stats)
-assert 0 < torch.hpu.memory_allocated() <= torch.hpu.max_memory_allocated() < torch.hpu.mem_get_info()[1]
-assert stats["total_memory_available (GB)"] == 96.0          # a Gaudi 2's HBM (HPU_LAB_MEMORY_LIMIT)
+assert 0 < torch.hpu.memory_allocated() < torch.hpu.max_memory_allocated() < total
+assert free + torch.hpu.memory_allocated() == total        # what is not allocated is free
+
+# %% [markdown]
+# What the numbers are made of. The notebook's earlier sections still hold some device memory (`before`); on top of it, after the epoch, the device holds the model's parameters, their gradients (the last step's, kept until the next `zero_grad`) and Adadelta's two state tensors per parameter: exactly their bytes. The peak is higher: during a step the batch of 800 images and the activations were on the device too.
+
+# %%
+# claim O11
+def nbytes(tensors):
+    return sum(t.numel() * t.element_size() for t in tensors if t is not None and t.device.type == "hpu")
+held = (nbytes(model.parameters()) + nbytes(p.grad for p in model.parameters())
+        + nbytes(t for st in optimizer.state.values() for t in st.values() if torch.is_tensor(t)))
+batch_bytes = 800 * 28 * 28 * 4
+this_run = torch.hpu.memory_allocated() - before
+print(f"parameters + gradients + optimizer state: {held} bytes; memory_allocated by this run: {this_run} bytes")
+print(f"peak above that: {torch.hpu.max_memory_allocated() - before - held} bytes (one batch of images alone: {batch_bytes})")
+assert this_run == held
+assert torch.hpu.max_memory_allocated() - before - held >= batch_bytes
+
+# %% [markdown]
+# Optimum logs these three every `logging_steps`, *"(default is 500) steps"*, and *"In distributed mode, memory stats are communicated only by the main process."* (seed 002): each card has its own memory, and the numbers logged are card 0's. Notebook 08 launches two cards; there, each process could read only its own card's statistics.
 
 # %% [markdown]
 # ## Summary
@@ -513,8 +646,9 @@ assert stats["total_memory_available (GB)"] == 96.0          # a Gaudi 2's HBM (
 # - The first steps compile; exclude them from throughput (`throughput_warmup_steps`).
 # - HMP's lists (or autocast's) decide each op's dtype; the casts are visible nodes.
 # - `use_hpu_graphs_for_training` is `ModuleCacher`; `pipelining_fwd_bwd` is one more `mark_step` that lets the device
-#   start the forward while the host traces the backward; workers take data preparation off the main thread.
-# - Fused AdamW and clip-norm replace hundreds of small ops by one node (note the different default eps).
+#   start the forward while the host traces the backward, at the cost of holding the activations as graph outputs; workers take data preparation off the main thread.
+# - Fused AdamW and clip-norm replace the many small ops of the clip and update by a few nodes (section 10 counts them; note the different default eps);
+#   Optimum switches them on in the Gaudi configuration file.
 #
 # ## Exercises
 # 1. In section 2, use `batch_size=200`. Which loaders differ now?
