@@ -32,3 +32,43 @@ def test_multilabel_margin_loss_on_hpu(dtype, shape, reduction):
     # bf16/fp16: computed in float32 and rounded once (the CPU has no kernel for them)
     assert torch.equal(out.cpu(), ref.detach().to(dtype))
     assert torch.equal(xh.grad.cpu(), xc.grad.to(dtype))
+
+
+def _unpool_cl(x):
+    x = x.reshape(1, 2, 4, 6).contiguous(memory_format=torch.channels_last)
+    out, idx = F.max_pool2d(x, 2, return_indices=True)
+    return F.max_unpool2d(out, idx, 2)
+
+
+# each: a CPU kernel whose output layout torch's Meta kernel got wrong for a CPU backend (it asked
+# device_hint, which answers "cuda" for a meta tensor), or that was always contiguous (max_unpool2d)
+LAYOUT_CASES = {
+    "svd_vh": (lambda x: torch.linalg.svd(x.reshape(2, 2, 12))[2], (48,)),
+    "svd_lowrank_v": (lambda x: torch.svd_lowrank(x.reshape(2, 4, 6), q=2)[2], (48,)),
+    "eig_vectors": (lambda x: torch.linalg.eig(x.reshape(3, 4, 4))[1], (48,)),
+    "rfft2": (lambda x: torch.fft.rfft2(x.reshape(5, 6, 4), dim=(0, 1)), (120,)),
+    "hfft2": (lambda x: torch.fft.hfft2(torch.complex(x, x.flip(0)).reshape(5, 6, 4), dim=(0, 1)), (120,)),
+    "max_unpool2d_channels_last": (_unpool_cl, (48,)),
+}
+
+
+@pytest.mark.parametrize("lazy", ["1", "0"])
+@pytest.mark.parametrize("case", sorted(LAYOUT_CASES))
+def test_output_layout_is_the_cpus(case, lazy):
+    from hpu_lab import config
+    fn, shape = LAYOUT_CASES[case]
+    torch.manual_seed(0)
+    x = torch.randn(shape)
+    config.set(PT_HPU_LAZY_MODE=lazy)
+    try:
+        torch.manual_seed(1)
+        ref = fn(x)
+        torch.manual_seed(1)
+        got = fn(x.to("hpu"))
+        assert got.stride() == ref.stride(), f"hpu strides {got.stride()} vs CPU {ref.stride()}"
+        torch.testing.assert_close(got.cpu(), ref)
+        # the layout is what aliasing depends on: a flat view of it reads the same elements
+        if ref.is_contiguous() is False and ref.mT.is_contiguous():
+            torch.testing.assert_close(got.mT.reshape(-1).cpu(), ref.mT.reshape(-1))
+    finally:
+        config.reload()
