@@ -15,12 +15,16 @@ correction here is the CPU kernel's rule, checked against it by tests/test_meta_
   CPU. (An hpu tensor with another layout than CPU's changes what later views and in-place writes do.)
 - ``max_unpool2d``: CPU's kernel returns a 4-D result in the input's suggested memory format
   (channels-last in, channels-last out); torch's Meta kernel (a decomposition) is always contiguous.
+- batch norm in evaluation mode (``native_batch_norm``, ``_native_batch_norm_legit`` and its
+  ``_no_training`` form with ``training=False``): CPU's kernel returns empty (``[0]``) saved mean and
+  inverse std; torch's Meta kernels say ``[C]``. The hpu op then failed ("Expected Tensor but got
+  None", a storage out of bounds) or returned statistics CPU does not have.
 """
 from __future__ import annotations
 
 import torch
 import torch._meta_registrations as _meta_registrations
-from torch._decomp import decompositions as _decompositions
+from torch._decomp import decomposition_table as _decomposition_table, decompositions as _decompositions
 from torch._prims_common import suggest_memory_format as _suggest_memory_format
 
 from . import ops
@@ -75,3 +79,25 @@ def _max_unpool2d(self, indices, output_size):
 
 
 _lib.impl("max_unpool2d", _max_unpool2d, "Meta")
+
+
+def _eval_stats_empty(op, training_arg):
+    """The Meta kernel of a batch-norm op, with CPU's empty statistics when not training."""
+    meta = _decomposition_table[op]
+
+    def kernel(*args, **kwargs):
+        out, mean, invstd, *stats = meta(*args, **kwargs)     # (_functional: new running stats)
+        if training_arg is not None and args[training_arg]:
+            return (out, mean, invstd, *stats)
+        x, w = args[0], args[1]        # CPU's dtype for them: the parameters' if they differ, else the input's
+        dtype = w.dtype if isinstance(w, torch.Tensor) and w.dtype != x.dtype else x.dtype
+        return (out, mean.new_empty((0,), dtype=dtype), invstd.new_empty((0,), dtype=dtype), *stats)
+    return kernel
+
+
+for _op, _training_arg in ((torch.ops.aten.native_batch_norm.default, 5),
+                           (torch.ops.aten._native_batch_norm_legit.default, 5),
+                           (torch.ops.aten._native_batch_norm_legit_functional.default, 5),
+                           (torch.ops.aten._native_batch_norm_legit.no_stats, 3),
+                           (torch.ops.aten._native_batch_norm_legit_no_training.default, None)):
+    _lib.impl(_op, _eval_stats_empty(_op, _training_arg), "Meta")
