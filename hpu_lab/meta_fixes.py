@@ -18,7 +18,8 @@ correction here is the CPU kernel's rule, checked against it by tests/test_meta_
 - batch norm in evaluation mode (``native_batch_norm``, ``_native_batch_norm_legit`` and its
   ``_no_training`` form with ``training=False``): CPU's kernel returns empty (``[0]``) saved mean and
   inverse std; torch's Meta kernels say ``[C]``. The hpu op then failed ("Expected Tensor but got
-  None", a storage out of bounds) or returned statistics CPU does not have.
+  None", a storage out of bounds) or returned statistics CPU does not have. In training mode the
+  saved statistics of a bfloat16 input are bfloat16 on CPU (the Meta kernels say float32).
 """
 from __future__ import annotations
 
@@ -87,11 +88,10 @@ def _eval_stats_empty(op, training_arg):
 
     def kernel(*args, **kwargs):
         out, mean, invstd, *stats = meta(*args, **kwargs)     # (_functional: new running stats)
-        if training_arg is not None and args[training_arg]:
-            return (out, mean, invstd, *stats)
         x, w = args[0], args[1]        # CPU's dtype for them: the parameters' if they differ, else the input's
         dtype = w.dtype if isinstance(w, torch.Tensor) and w.dtype != x.dtype else x.dtype
-        return (out, mean.new_empty((0,), dtype=dtype), invstd.new_empty((0,), dtype=dtype), *stats)
+        shape = mean.shape if training_arg is not None and args[training_arg] else (0,)
+        return (out, mean.new_empty(shape, dtype=dtype), invstd.new_empty(shape, dtype=dtype), *stats)
     return kernel
 
 
