@@ -8,10 +8,27 @@ correction here is the CPU kernel's rule, checked against it by tests/test_meta_
   0-dim loss; torch's Meta kernel says ``[1]``.
 - ``take``: Gaudi takes int32 indices as well as int64 (the CPU kernel only int64: hpu_lab widens the
   index when it runs, see widen.py); the Meta kernel refuses int32, so the op could not be recorded.
+- **output strides**: torch's Meta kernels pick a layout by asking ``device_hint`` which backend will
+  run, and a plain meta tensor answers "cuda". hpu_lab's kernels are the CPU's, so during hpu_lab's
+  shape inference the answer is "cpu": LAPACK results (``_linalg_svd``'s Vh, ``linalg_eig``'s vectors)
+  are column-major and FFT results (``_fft_r2c``, ``_fft_c2r``, ``_fft_c2c``) take MKL's layout, as on
+  CPU. (An hpu tensor with another layout than CPU's changes what later views and in-place writes do.)
+- ``max_unpool2d``: CPU's kernel returns a 4-D result in the input's suggested memory format
+  (channels-last in, channels-last out); torch's Meta kernel (a decomposition) is always contiguous.
+- batch norm in evaluation mode (``native_batch_norm``, ``_native_batch_norm_legit`` and its
+  ``_no_training`` form with ``training=False``): CPU's kernel returns empty (``[0]``) saved mean and
+  inverse std; torch's Meta kernels say ``[C]``. The hpu op then failed ("Expected Tensor but got
+  None", a storage out of bounds) or returned statistics CPU does not have. In training mode the
+  saved statistics of a bfloat16 input are bfloat16 on CPU (the Meta kernels say float32).
 """
 from __future__ import annotations
 
 import torch
+import torch._meta_registrations as _meta_registrations
+from torch._decomp import decomposition_table as _decomposition_table, decompositions as _decompositions
+from torch._prims_common import suggest_memory_format as _suggest_memory_format
+
+from . import ops
 
 _lib = torch.library.Library("aten", "IMPL")
 
@@ -39,3 +56,48 @@ def _take(self, index):
 
 
 _lib.impl("take", _take, "Meta")
+
+
+_device_hint = _meta_registrations.device_hint
+
+
+def _cpu_device_hint(tensor) -> str:
+    if ops.in_meta_kernel() and not isinstance(tensor, torch._subclasses.FakeTensor) \
+            and getattr(getattr(tensor, "device", None), "type", None) == "meta":
+        return "cpu"                    # hpu_lab's shape inference describes the CPU kernel
+    return _device_hint(tensor)
+
+
+# module attribute: torch's meta kernels look it up at each call (some import it inside the function)
+_meta_registrations.device_hint = _cpu_device_hint
+
+
+def _max_unpool2d(self, indices, output_size):
+    out = _decompositions.max_unpool2d(self, indices, output_size)
+    if self.dim() == 4:
+        return out.contiguous(memory_format=_suggest_memory_format(self))
+    return out
+
+
+_lib.impl("max_unpool2d", _max_unpool2d, "Meta")
+
+
+def _eval_stats_empty(op, training_arg):
+    """The Meta kernel of a batch-norm op, with CPU's empty statistics when not training."""
+    meta = _decomposition_table[op]
+
+    def kernel(*args, **kwargs):
+        out, mean, invstd, *stats = meta(*args, **kwargs)     # (_functional: new running stats)
+        x, w = args[0], args[1]        # CPU's dtype for them: the parameters' if they differ, else the input's
+        dtype = w.dtype if isinstance(w, torch.Tensor) and w.dtype != x.dtype else x.dtype
+        shape = mean.shape if training_arg is not None and args[training_arg] else (0,)
+        return (out, mean.new_empty(shape, dtype=dtype), invstd.new_empty(shape, dtype=dtype), *stats)
+    return kernel
+
+
+for _op, _training_arg in ((torch.ops.aten.native_batch_norm.default, 5),
+                           (torch.ops.aten._native_batch_norm_legit.default, 5),
+                           (torch.ops.aten._native_batch_norm_legit_functional.default, 5),
+                           (torch.ops.aten._native_batch_norm_legit.no_stats, 3),
+                           (torch.ops.aten._native_batch_norm_legit_no_training.default, None)):
+    _lib.impl(_op, _eval_stats_empty(_op, _training_arg), "Meta")

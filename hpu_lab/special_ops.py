@@ -153,6 +153,16 @@ def batch_norm_with_update(func, args, kwargs):
     return (out, *_stats_dtype(args[0], args[1], mean, rstd), reserve)
 
 
+def native_batch_norm_legit(func, args, kwargs):
+    """As batch_norm_with_update: writes the running stats, returns three new tensors."""
+    res = functional_op(aten._native_batch_norm_legit_functional.default, args, kwargs)
+    for target, new in zip((args[3], args[4]), res[3:]):
+        if not isinstance(target, HPUTensor):
+            raise _same_device_error(target.device)
+        write(target, read_ref(new), ops.op_name(func))
+    return (res[0], *_stats_dtype(args[0], args[1], *res[1:3]))
+
+
 def _stats_dtype(x, w, *stats):
     """Normalisation statistics in the dtype CPU's kernel gives them: the parameters' if they
     differ from the input's (float32 weights on bfloat16 input), else the input's (meta says
@@ -189,6 +199,7 @@ def out_variant(func, args, kwargs):
 
 HANDLERS = {    # the router's special-op table starts as this (route.py owns it)
     aten._batch_norm_with_update.default: batch_norm_with_update,
+    aten._native_batch_norm_legit.default: native_batch_norm_legit,
     aten.native_layer_norm.default: native_layer_norm,
     aten.copy_.default: copy_,
     aten._to_copy.default: to_copy,

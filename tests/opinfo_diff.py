@@ -56,16 +56,20 @@ def op_id(op) -> str:
     return f"{op.name}.{op.variant_test_name}".rstrip(".")
 
 
-def _to(x, dev):
+def _to(x, dev, host=frozenset(), _n=None):
+    """x with its CPU tensors moved to ``dev``, except the tensors numbered in ``host`` (their
+    position in _tensors order): the ones OpInfo creates on the CPU for every device."""
+    n = _n if _n is not None else [0]
     if isinstance(x, torch.Tensor):
-        if x.device.type == "cpu" and x.layout == torch.strided:
+        n[0] += 1
+        if x.device.type == "cpu" and x.layout == torch.strided and n[0] - 1 not in host:
             y = x.detach().to(dev)
             return y.requires_grad_(x.requires_grad) if x.is_leaf or x.requires_grad else y
         return x
     if isinstance(x, (list, tuple)):
-        return type(x)(_to(y, dev) for y in x)
+        return type(x)(_to(y, dev, host, n) for y in x)
     if isinstance(x, dict):
-        return {k: _to(v, dev) for k, v in x.items()}
+        return {k: _to(v, dev, host, n) for k, v in x.items()}
     return x
 
 
@@ -127,7 +131,7 @@ def compare(got, expected, dtype):
 def _run(op, s, dev, grad, seed):
     """Output (and input grads with grad=True) of one sample on ``dev``."""
     inp, args, kw = (s.input, s.args, s.kwargs) if dev == "cpu" else \
-        (_to(s.input, dev), _to(s.args, dev), _to(s.kwargs, dev))
+        _to((s.input, s.args, s.kwargs), dev, _HOST.get(id(s), frozenset()))
     torch.manual_seed(seed)
     out = op(inp, *args, **kw)
     if not grad:
@@ -176,9 +180,33 @@ def run_sample(op, s, dtype, grad, seed=0):
 
 def samples(op, dtype, grad):
     try:
-        return list(op.sample_inputs("cpu", dtype, requires_grad=grad))
+        ss = list(op.sample_inputs("cpu", dtype, requires_grad=grad))
     except Exception:
         return []
+    _HOST.clear()                  # keyed by id(): only the samples of the latest call are alive
+    _mark_host_tensors(op, dtype, ss)
+    return ss
+
+
+_HOST = {}                         # id(sample): numbers of its tensors that stay on the CPU
+
+
+def _mark_host_tensors(op, dtype, ss):
+    """Some samples keep a tensor on the CPU whatever the device (``tensor_split``'s indices: the op
+    requires them there, on CUDA too). Generating the samples for the meta device tells them apart:
+    a tensor still on the CPU there stays on the CPU in the hpu run (``_HOST``)."""
+    if not any(t.dtype in (torch.int64, torch.int32) for s in ss for t in _tensors((s.input, s.args, s.kwargs))):
+        return
+    try:
+        ms = list(op.sample_inputs("meta", dtype, requires_grad=False))
+    except Exception:
+        return
+    if len(ms) != len(ss):
+        return
+    for s, m in zip(ss, ms):
+        a, b = list(_tensors((s.input, s.args, s.kwargs))), list(_tensors((m.input, m.args, m.kwargs)))
+        if len(a) == len(b):
+            _HOST[id(s)] = frozenset(i for i, t in enumerate(b) if t.device.type == "cpu")
 
 
 def pick(n, key, k):

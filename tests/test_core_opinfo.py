@@ -22,11 +22,13 @@ if od.op_db is None:
 N = int(os.environ.get("HPU_LAB_OPINFO_SAMPLES", "0") or 0)
 PLAN = [("f32-lazy", 1), ("f32-eager", 2), ("bf16-lazy", 3)]     # (config, every k-th op)
 
-# Values equal, strides not: the op's meta kernel (which gives the hpu tensor its layout before
-# anything runs) lays the result out differently from CPU's kernel (LAPACK and FFT results are
-# column-major on CPU). Documented in docs/correctness.md; every other op must match CPU's strides.
-LAYOUT_DIFFERS = ("fft.", "linalg.", "svd", "pca_lowrank", "svd_lowrank", "ormqr", "nn.functional.max_unpool",
-                  "lu", "qr", "geqrf", "cholesky", "triangular_solve", "eig", "lstsq")
+# Values equal, strides not: linalg.lstsq runs on the host (no meta kernel) and its solution comes
+# back contiguous, while CPU's is a column-major view. Documented in docs/correctness.md; every
+# other op's result must have CPU's strides (the meta kernels describe the CPU kernel: meta_fixes.py).
+LAYOUT_DIFFERS = ("linalg.lstsq",)
+# gradients: not re-measured since the forward layouts were fixed, the families stay allowed
+GRAD_LAYOUT_DIFFERS = ("fft.", "linalg.", "svd", "pca_lowrank", "svd_lowrank", "ormqr", "nn.functional.max_unpool",
+                       "lu", "qr", "geqrf", "cholesky", "triangular_solve", "eig", "lstsq")
 
 
 def _every(op, k):
@@ -68,6 +70,6 @@ def test_gradients_match_cpu():
     ops = {od.op_id(op) for op in od.ops_for(torch.float32, grad=True) if _every(op, 4)}
     t = od.isolated("grad-lazy", per_op=N or 1, only=sorted(ops))
     bad = [f"{name} sample {i}: {kind}: {detail}" for cfg, name, i, kind, detail in t.bad
-           if kind == "wrong" or (kind == "layout" and not name.startswith(LAYOUT_DIFFERS))]
+           if kind == "wrong" or (kind == "layout" and not name.startswith(GRAD_LAYOUT_DIFFERS))]
     assert t.kinds["pass"] > 0.9 * sum(v for k, v in t.kinds.items() if k != "cpu"), t.report("grad-lazy")
     assert not bad, "gradients differ from CPU:\n" + "\n".join(bad)
