@@ -32,6 +32,7 @@ from . import lazy, ops
 from ._source import source_name, user_src
 from .compiler import passes
 from .compiler.recipe import Recipe
+from .runtime.launch import launch_recipe
 from .graph import view as _view
 from .tensor import HPU, HPUTensor, Inp, new_storage_tensor
 
@@ -245,7 +246,7 @@ class CompiledGraph:
         if self.calls > 1 and ev.wants(ev.CacheLookup):
             t = ev.now()
             ev.emit(ev.CacheLookup(t, t, "host", ev.recorder.step, hit=True, key=r.short_key))
-        launch = lazy.launch_recipe(r, ext)
+        launch = launch_recipe(r, ext, lazy.S.stream)
         outs = []
         for k, m in enumerate(self.out_metas):
             if m is None or m[0] == "const":

@@ -21,8 +21,9 @@ from .capture import GraphCapture
 from .compiler import find
 from .compiler.recipe import GraphKey
 from .graph import PendingGraph, ref_sig, op_key, view, scatter, restride, InplaceOnClone, CastTo
-from .runtime import executor, memory
-from .tensor import HPUTensor, Inp, Out, Storage, new_storage_tensor, storage_extent, _itemsize
+from .runtime import executor
+from .runtime.launch import launch_recipe
+from .tensor import HPUTensor, Inp, Out, new_storage_tensor, storage_extent
 
 aten = torch.ops.aten
 CPU = torch.device("cpu")
@@ -593,7 +594,7 @@ def flush(trigger: str, src: str, needed=None):
                                   output_count=len(outs), trigger=trigger, src=src))
         recipe = find.get_recipe(key, nodes, externals, outs, site)
         cap = S.capture
-        launch = launch_recipe(recipe, externals, srcs=[n.src for n in nodes]) if cap is None else \
+        launch = launch_recipe(recipe, externals, S.stream, srcs=[n.src for n in nodes]) if cap is None else \
             cap.launch(recipe, externals)
         # rebind: the outputs now live in device buffers that this launch produces
         produced = {}
@@ -648,38 +649,6 @@ def _keep_rest(pg, rest, produced, done_ids):
             n.h = hash(n.sig)
     pg.nodes = rest
     pg.written = [w for w in pg.written if w() is not None and type(w().value) is Out]
-
-
-def _held_bytes(externals) -> int:
-    """Device bytes of inputs whose tensors died while the graph was pending: only the graph holds
-    them now, so they are in use until it runs (not in InUse any more). A long lazy graph that
-    reads many freed inputs needs more memory than the same work cut by mark_step (seed 003)."""
-    n = 0
-    for inp in externals:
-        w = inp.owner
-        if w is not None and w() is None and inp.meta is not None:
-            size, stride, dtype = inp.meta
-            n += storage_extent(size, stride) * _itemsize(dtype)
-    return n
-
-
-def launch_recipe(recipe, externals, stream=None, srcs=None):
-    """Check memory, then queue the recipe on the device; return at once."""
-    memory.reserve_transient(recipe.peak_bytes, f"recipe {recipe.short_key} ({recipe.node_count} nodes)",
-                             held=_held_bytes(externals))
-    s = executor.stream(S.stream if stream is None else stream)
-    for inp in externals:
-        src_launch = inp.launch
-        if src_launch is not None and src_launch.stream != s.index and not src_launch.done.is_set():
-            s.submit_fn(src_launch.done.wait)    # cross-stream dependency: wait, never read too early
-    launch = executor.Launch(recipe, list(externals), s.index, srcs)
-    recipe.launches += 1
-    if ev.wants(ev.Launch):
-        t = ev.now()
-        ev.emit(ev.Launch(t, t, "host", ev.recorder.step, launch_id=launch.id, recipe_id=recipe.id,
-                          key=recipe.short_key, stream=s.index, graph=recipe.summary))
-    s.submit(launch)
-    return launch
 
 
 # ---------------------------------------------------------------- host syncs

@@ -9,7 +9,7 @@ Copy paths (seed 004: pinned memory avoids a copy on the host side):
 - pinned source (``pin_memory()``, ``DataLoader(pin_memory=True)``): the transfer reads the buffer
   directly. With ``non_blocking=True`` it is queued on the current stream and the host goes on at
   once; the destination's buffer is that queue entry's output, so a later read (``.item()``, a
-  recipe launched on this or another stream) waits for it (``lazy.launch_recipe`` orders
+  recipe launched on this or another stream) waits for it (``runtime.launch.launch_recipe`` orders
   cross-stream inputs). Without ``non_blocking`` the host does the transfer and waits.
 
 Each transfer emits one ``events.HostToDevice``: ``pinned`` (source in pinned memory),

@@ -27,6 +27,7 @@ from .. import events as ev
 from .. import lazy
 from ..capture import GraphCapture
 from ..runtime import executor
+from ..runtime.launch import launch_recipe
 from .._source import user_src
 from ..tensor import Inp, Out
 from ._common import HPUGraphError
@@ -128,7 +129,7 @@ class Capture(GraphCapture):
 
     def launch(self, recipe, externals):
         if not self.dry_run:
-            return lazy.launch_recipe(recipe, externals)
+            return launch_recipe(recipe, externals, lazy.S.stream)
         # dry run: compile and record, run nothing; reading an output before replay() fails loudly
         launch = executor.Launch(recipe, None, lazy.S.stream)
         launch.error = DryRunValue(
@@ -223,7 +224,7 @@ def run(rec: Recording, user=None) -> None:
     """
     draws = [Inp(draw(), meta) for draw, meta in rec.regens]    # host draws, in capture order
     made = []
-    launch_recipe = lazy.launch_recipe
+    stream = lazy.S.stream
     for step in rec.steps:
         inputs = []
         for kind, p in step.binds:
@@ -248,7 +249,7 @@ def run(rec: Recording, user=None) -> None:
             if type(v) is Out:     # cannot happen after the flush; never run on a stale value
                 raise HPUGraphError("HPUGraph.replay(): an input still has pending lazy work")
             inputs.append(v)
-        launch = launch_recipe(step.recipe, inputs)
+        launch = launch_recipe(step.recipe, inputs, stream)
         outs = [Inp(None, m, launch=launch, idx=k) for k, m in enumerate(step.out_metas)]
         for st, k in step.rebinds:
             st.value = outs[k]

@@ -9,7 +9,7 @@ records the time then (``enable_timing``).
 In lazy mode, ``Event.record`` first launches the pending lazy work, so that the event follows the
 ops the program issued before it (otherwise they would still be waiting for mark_step, and a timing
 would measure nothing). Work on different streams runs concurrently; hpu_lab also makes a stream
-wait for inputs produced on another stream (``lazy.launch_recipe``), so a missing ``wait_stream``
+wait for inputs produced on another stream (``runtime.launch.launch_recipe``), so a missing ``wait_stream``
 never gives a wrong number.
 """
 from __future__ import annotations
