@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from . import host_ops
 from . import route
 from . import lazy, ops
 from ._source import user_src
@@ -29,10 +30,10 @@ def _rrelu_with_noise(func, args, kwargs):
     reason = "random op rrelu_with_noise (drawn on the host)"
     if lazy.S.capture is not None:          # as every host draw: not replayable inside an HPU graph
         lazy.S.capture.refuse(ops.op_name(func), user_src(3))
-    x, noise = lazy.concrete(v["self"], reason), lazy.concrete(v["noise"], reason)
+    x, noise = host_ops.concrete(v["self"], reason), host_ops.concrete(v["noise"], reason)
     out = func(x, noise, v["lower"], v["upper"], v["training"], v["generator"])
     lazy.write_concrete(v["noise"], noise)
-    return lazy.to_hpu_result(out)
+    return host_ops.to_hpu_result(out)
 
 
 def install() -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from . import route
-from . import lazy
+
 
 aten = torch.ops.aten
 _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
