@@ -25,7 +25,6 @@ import torch
 
 from . import route
 
-
 aten = torch.ops.aten
 _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from . import host_ops
-from . import route
-from . import lazy, ops
+from . import host_ops, lazy, ops, route
 from ._source import user_src
 
 aten = torch.ops.aten
