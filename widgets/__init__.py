@@ -4,7 +4,7 @@
     with widgets.section("Training loop with capture and replay") as s:
         train()                                   # panel shown and redrawn live in Jupyter
     s.advice, s.metrics, s.timeline()             # the same views, also outside Jupyter
-    widgets.compare(widgets.sections)             # sections side by side
+    widgets.compare(widgets.sections, steps=8)    # sections side by side (a capture: its own one-time row)
 
     %load_ext widgets
     %%hpu_section "Lazy mode" --as lazy           # the same, as a cell magic

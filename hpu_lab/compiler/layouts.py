@@ -117,8 +117,8 @@ def nhwc_in_memory(m) -> bool:
 
 
 def _is_conv(n) -> bool:
-    return (n.op == "call_function" and n.target is aten.convolution.default and _is_4d(n)
-            and _is_4d(n.args[0]) and not n.args[6])
+    return (n.op == "call_function" and n.target is aten.convolution.default and len(n.args) == 9
+            and not n.kwargs and _is_4d(n) and _is_4d(n.args[0]) and not n.args[6])   # 2-D, not transposed
 
 
 def _is_elementwise(n, region) -> bool:
