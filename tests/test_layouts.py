@@ -176,3 +176,18 @@ def test_pass_counts_on_a_graph(placement, permutes):
     g.lint()
     assert sum(n.target is torch.ops.aten.permute.default for n in g.nodes) == permutes
     assert sum(n.target is layouts.conv_nhwc for n in g.nodes) == 4
+
+
+def test_compare_in_one_call():
+    m = convnet().to("hpu")
+    x = torch.randn(2, 3, 16, 16).to("hpu")
+    htcore.mark_step()
+    with torch.no_grad():
+        r = layouts.compare(m, x)
+    placed, per_conv = r["placed"], r["per convolution"]
+    assert (placed["permutes"], per_conv["permutes"]) == (2, 6)
+    assert (placed["transposes"], per_conv["transposes"]) == (2, 6)
+    assert placed["device us"] < per_conv["device us"]
+    assert layouts.enabled() is True                    # the setting is untouched
+    import widgets
+    widgets.draw_graph(placed["graphs"][0])

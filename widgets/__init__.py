@@ -4,7 +4,7 @@
     with widgets.section("Training loop with capture and replay") as s:
         train()                                   # panel shown and redrawn live in Jupyter
     s.advice, s.metrics, s.timeline()             # the same views, also outside Jupyter
-    widgets.compare(widgets.sections)             # sections side by side
+    widgets.compare(widgets.sections, steps=8)    # sections side by side (a capture: its own one-time row)
 
     %load_ext widgets
     %%hpu_section "Lazy mode" --as lazy           # the same, as a cell magic
@@ -24,14 +24,14 @@ import shlex
 from .advisor import advise
 from .common import set_clock
 from .comparison import compare, compare_rows, draw_compare
-from .graph_view import draw_graph, to_networkx
+from .graph_view import draw_graph, fusion_counts, to_networkx
 from .metrics_view import section_metrics
 from .panel import SectionPanel, graphs_seen
 from .recompiles import cache_per_step, recompile_rows, recompiles_html
 from .recording import Section, in_kernel, section, sections
 from .timeline import Bar, draw_timeline, timeline_rows, verdict
 
-__all__ = ["advise", "compare", "compare_rows", "draw_compare", "draw_graph", "to_networkx", "section_metrics",
+__all__ = ["advise", "compare", "compare_rows", "draw_compare", "draw_graph", "fusion_counts", "to_networkx", "section_metrics",
            "SectionPanel", "graphs_seen", "cache_per_step", "recompile_rows", "recompiles_html", "Section",
            "section", "sections", "Bar", "draw_timeline", "timeline_rows", "verdict", "load_ipython_extension",
            "hpu_section", "set_clock"]

@@ -20,6 +20,10 @@ the region is ``channels_last`` its memory already is NHWC and the permute only 
 The emulator's values do not move: every permute here is a view of the same memory the plain
 graph computes in, so the rewritten graph computes bit for bit what the plain graph computes.
 
+    from hpu_lab.compiler import layouts
+    r = layouts.compare(model, x)     # placed vs a permute pair per convolution, on the Gaudi clock
+    r["placed"]["permutes"], r["placed"]["device us"], r["per convolution"]["graphs"][0]
+
 The switch is the bridge's ``PT_HPU_ENABLE_SYNAPSE_LAYOUT_HANDLING`` (default true: the graph
 compiler, Synapse, handles layouts; gaudi-pytorch-bridge ``env_flags``). With false the real
 bridge permutes layouts in its own JIT passes; hpu_lab models false as no placement: one permute
@@ -28,7 +32,7 @@ cache (a real Gaudi reads it once, at start-up).
 """
 from __future__ import annotations
 
-import operator
+import contextlib
 from typing import Dict, List, Optional
 
 import torch
@@ -51,8 +55,41 @@ def conv_nhwc(x, weight, bias, stride, padding, dilation, transposed, output_pad
 HELPERS = (conv_nhwc,)
 
 
+_forced: List[bool] = []          # placement() overrides the setting for a block (stack)
+
+
 def enabled() -> bool:
+    if _forced:
+        return _forced[-1]
     return config.get("PT_HPU_ENABLE_SYNAPSE_LAYOUT_HANDLING")
+
+
+@contextlib.contextmanager
+def placement(on: bool):
+    """Compile (or estimate) with placement on or off for this block only, whatever the setting.
+    For comparing the two in one process (recipes it compiles stay cached under their key: use
+    it with perfmodel.estimate, which compiles nothing, or clear the recipe cache)."""
+    _forced.append(bool(on))
+    try:
+        yield
+    finally:
+        _forced.pop()
+
+
+def compare(fn, *args, device=None, **kwargs) -> Dict[str, dict]:
+    """What placement changes in the recipes ``fn(*args, **kwargs)`` would launch, on the Gaudi
+    clock (perfmodel.estimate: nothing runs). {"placed": ..., "per convolution": ...}, each with
+    the permutes in the recipes, how many of them are transposes (the others are views), the
+    recipes' modeled device time (us) and their graphs (GraphSummary, for widgets.draw_graph)."""
+    from .. import perfmodel
+    out = {}
+    for name, on in (("placed", True), ("per convolution", False)):
+        with placement(on):
+            r = perfmodel.estimate_report(fn, *args, device=device, **kwargs)
+        perm = [n for g, _ in r.recipes for n in g.nodes if n.op == "aten::permute"]
+        out[name] = {"permutes": len(perm), "transposes": sum(1 for n in perm if n.tensor_class != "alias"),
+                     "device us": round(r.device_ns / 1e3, 3), "graphs": [g for g, _ in r.recipes]}
+    return out
 
 
 def _meta(n):
@@ -80,8 +117,8 @@ def nhwc_in_memory(m) -> bool:
 
 
 def _is_conv(n) -> bool:
-    return (n.op == "call_function" and n.target is aten.convolution.default and _is_4d(n)
-            and _is_4d(n.args[0]) and not n.args[6])
+    return (n.op == "call_function" and n.target is aten.convolution.default and len(n.args) == 9
+            and not n.kwargs and _is_4d(n) and _is_4d(n.args[0]) and not n.args[6])   # 2-D, not transposed
 
 
 def _is_elementwise(n, region) -> bool:
