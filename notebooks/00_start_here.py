@@ -150,7 +150,8 @@ print(f"loss after one epoch: {loss.item():.3f}")
 # %% [markdown]
 # **How to read the panel** (every experiment in the lab has one):
 # - **Graph**: the graph each recipe runs, one node per op. Colours are engines (MME = matrix unit,
-#   TPC = vector cores); boxes group the ops the compiler fused.
+#   TPC = vector cores); a halo in a cluster's colour marks each op the compiler fused into that
+#   cluster, and the title counts fused vs unfused ops.
 # - **Timeline**: two lanes, the host (Python tracing ops, building graphs, compiling) and the device
 #   `hpu:0` (running recipes). Dotted lines are `mark_step`s; red bars are the host *waiting* for the device.
 # - **Recompiles**: every compile with its *reason*, e.g. `input 0 shape changed (200, 1, 28, 28) -> (96, 1, 28, 28)`.
