@@ -1,4 +1,4 @@
-"""FusedAdamW and FusedSGD (habana_frameworks.torch.hpex.optimizers).
+"""FusedAdamW, FusedSGD and FusedAdagrad (habana_frameworks.torch.hpex.optimizers).
 
 torch.optim's AdamW on an hpu tensor traces some ten small ops per parameter every step; these
 optimizers trace ONE op for the whole parameter group (``hpu_lab::optimizer_adamw_``,
@@ -22,7 +22,7 @@ from torch.optim.optimizer import required
 
 from .._common import define, mark_step_if_lazy
 
-__all__ = ["FusedAdamW", "FusedSGD"]
+__all__ = ["FusedAdagrad", "FusedAdamW", "FusedSGD"]
 
 
 # ---------------------------------------------------------------- kernels (run on the device)
@@ -61,6 +61,16 @@ def _sgd_momentum_cpu(params, bufs, grads, lr, weight_decay, momentum, dampening
         p.add_(g, alpha=-lr)
 
 
+def _adagrad_cpu(params, state_sums, grads, clr, weight_decay, eps):
+    clr = clr.item()
+    for p, s, g in zip(params, state_sums, grads):
+        # torch.optim.adagrad._single_tensor_adagrad (dense), op for op
+        if weight_decay != 0:
+            g = g.add(p, alpha=weight_decay)
+        s.addcmul_(g, g, value=1)
+        p.addcdiv_(g, s.sqrt().add_(eps), value=-clr)
+
+
 def _no_output(*args, **kwargs):
     return None
 
@@ -73,6 +83,9 @@ define("optimizer_sgd_(Tensor(a!)[] params, Tensor[] grads, Tensor lr, float wei
 define("optimizer_sgd_momentum_(Tensor(a!)[] params, Tensor(b!)[] momentum_buffers, Tensor[] grads, "
        "Tensor lr, float weight_decay, float momentum, float dampening, bool nesterov, bool[] first) -> ()",
        _sgd_momentum_cpu, _no_output)
+
+define("optimizer_adagrad_(Tensor(a!)[] params, Tensor(b!)[] state_sums, Tensor[] grads, Tensor clr, "
+       "float weight_decay, float eps) -> ()", _adagrad_cpu, _no_output)
 
 
 def _scalar_tensor(values, like):
@@ -188,3 +201,36 @@ class FusedSGD(_FusedOptimizer):
             bufs.append(state["momentum_buffer"])
         torch.ops.hpu_lab.optimizer_sgd_momentum_(params, bufs, grads, lr, wd, momentum,
                                                   float(group["dampening"]), bool(group["nesterov"]), first)
+
+
+class FusedAdagrad(_FusedOptimizer):
+    """Adagrad as one fused op per parameter group; the update equals ``torch.optim.Adagrad``'s."""
+
+    def __init__(self, params, lr: float = 1e-2, lr_decay: float = 0, weight_decay: float = 0,
+                 initial_accumulator_value: float = 0, eps: float = 1e-10):
+        if not 0.0 <= lr:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if not 0.0 <= lr_decay:
+            raise ValueError(f"Invalid lr_decay value: {lr_decay}")
+        if not 0.0 <= weight_decay:
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        if not 0.0 <= initial_accumulator_value:
+            raise ValueError(f"Invalid initial_accumulator_value value: {initial_accumulator_value}")
+        if not 0.0 <= eps:
+            raise ValueError(f"Invalid epsilon value: {eps}")
+        super().__init__(params, dict(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
+                                      initial_accumulator_value=initial_accumulator_value, eps=eps))
+
+    def _update(self, group, params, grads) -> None:
+        sums = []
+        for p in params:
+            state = self.state[p]
+            if not state:
+                state["sum"] = torch.full_like(p, group["initial_accumulator_value"],
+                                               memory_format=torch.preserve_format)
+            sums.append(state["sum"])
+        group["step"] = step = group.get("step", 0) + 1
+        # the decayed learning rate, on the host in double precision as torch computes it
+        clr = _scalar_tensor(group["lr"] / (1 + (step - 1) * group["lr_decay"]), params[0])
+        torch.ops.hpu_lab.optimizer_adagrad_(params, sums, grads, clr, float(group["weight_decay"]),
+                                             float(group["eps"]))
