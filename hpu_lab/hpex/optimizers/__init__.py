@@ -1,4 +1,4 @@
-"""FusedAdamW, FusedSGD and FusedAdagrad (habana_frameworks.torch.hpex.optimizers).
+"""FusedAdamW, FusedSGD, FusedAdagrad and FusedLamb (habana_frameworks.torch.hpex.optimizers).
 
 torch.optim's AdamW on an hpu tensor traces some ten small ops per parameter every step; these
 optimizers trace ONE op for the whole parameter group (``hpu_lab::optimizer_adamw_``,
@@ -22,7 +22,7 @@ from torch.optim.optimizer import required
 
 from .._common import define, mark_step_if_lazy
 
-__all__ = ["FusedAdagrad", "FusedAdamW", "FusedSGD"]
+__all__ = ["FusedAdagrad", "FusedAdamW", "FusedLamb", "FusedSGD"]
 
 
 # ---------------------------------------------------------------- kernels (run on the device)
@@ -234,3 +234,82 @@ class FusedAdagrad(_FusedOptimizer):
         clr = _scalar_tensor(group["lr"] / (1 + (step - 1) * group["lr_decay"]), params[0])
         torch.ops.hpu_lab.optimizer_adagrad_(params, sums, grads, clr, float(group["weight_decay"]),
                                              float(group["eps"]))
+
+
+class FusedLamb(Optimizer):
+    """LAMB (NVIDIA's variant, as the bridge's FusedLamb) on the ``torch.ops.hpu.optimizer_lamb_*`` kernels:
+    gradients clipped by their global norm (``max_grad_norm``), Adam moments and the bias-corrected
+    Adam step u (+ weight decay), then ``w -= lr * trust * u`` with trust = ||w|| / ||u|| when weight
+    decay or ``use_lamb`` is on. One step is three graphs in lazy mode (norm, phase 1, phase 2), as the
+    real optimizer marks steps between them."""
+
+    def __init__(self, params, lr=1e-3, bias_correction=True, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01,
+                 amsgrad=False, adam_w_mode=True, grad_averaging=True, set_grad_none=True, max_grad_norm=1.0,
+                 use_lamb=False, fused=False, dtype=None):
+        if amsgrad:
+            raise RuntimeError("FusedLamb does not support the AMSGrad variant.")
+        super().__init__(params, dict(lr=lr, bias_correction=bias_correction, betas=betas, eps=eps,
+                                      weight_decay=weight_decay, grad_averaging=grad_averaging,
+                                      max_grad_norm=max_grad_norm))
+        self.adam_w_mode = 1 if adam_w_mode else 0
+        self.set_grad_none = set_grad_none
+        self.use_lamb = use_lamb
+        self.fused = fused
+        self.dtype = dtype
+        self.device = self.param_groups[0]["params"][0].device
+
+    def zero_grad(self, set_to_none: bool = True):
+        if self.set_grad_none:
+            for group in self.param_groups:
+                for p in group["params"]:
+                    p.grad = None
+        else:
+            super().zero_grad(set_to_none=False)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        grads = [p.grad for g in self.param_groups for p in g["params"] if p.grad is not None]
+        for gr in grads:
+            if gr.is_sparse:
+                raise RuntimeError("Lamb does not support sparse gradients, consider SparseAdam instead.")
+        if not grads:
+            return loss
+        max_norm = self.defaults["max_grad_norm"]
+        if max_norm is not None:
+            clip = torch.ops.hpu.optimizer_lamb_fused_norm(
+                grads if self.dtype is None else [g.to(self.dtype) for g in grads], float(max_norm))
+        else:
+            clip = torch.ones(1, dtype=torch.float32, device=self.device)
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            beta1, beta2 = group["betas"]
+            group["step"] = step = group.get("step", 0) + 1
+            bc = [1.0 - beta1 ** step, 1.0 - beta2 ** step] if group["bias_correction"] else [1.0, 1.0]
+            bc1, bc2 = (torch.tensor(b, device=self.device) for b in bc)
+            mark_step_if_lazy(params)
+            m, v, wn, un, u = [], [], [], [], []
+            for p in params:
+                state = self.state[p]
+                if not state:
+                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                m.append(state["exp_avg"])
+                v.append(state["exp_avg_sq"])
+                wn.append(p.new_empty((1,)))
+                un.append(p.new_empty((1,)))
+                u.append(torch.empty_like(p))
+            mark_step_if_lazy(params)
+            torch.ops.hpu.optimizer_lamb_phase1([p.grad for p in params], params, m, v, wn, un, u, clip,
+                                                1 if group["grad_averaging"] else 0, float(beta1), float(beta2),
+                                                float(group["eps"]), bc1, bc2, float(group["weight_decay"]))
+            mark_step_if_lazy(params)
+            torch.ops.hpu.optimizer_lamb_phase2(params, un, wn, u, torch.tensor(-group["lr"], device=self.device),
+                                                float(group["weight_decay"]), bool(self.use_lamb))
+            mark_step_if_lazy(params)
+        return loss
