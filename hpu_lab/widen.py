@@ -52,6 +52,10 @@ def widened(op):
     def run(*args, **kwargs):
         low = next((t.dtype for t in pytree.tree_leaves((args, kwargs))
                     if isinstance(t, torch.Tensor) and t.dtype in _LOW), None)
+        if low in (torch.bfloat16, torch.float16) and _SCALED_SCALAR.get(op) is not None:
+            # add_relu(x, s, alpha) with a scalar s: the scalar operand is s * alpha (computed in
+            # double), which then takes the tensor's dtype as any scalar: relu(x + bf16(s * alpha))
+            args, kwargs = _fold_alpha(args, kwargs, names)
         if low in (torch.bfloat16, torch.float16):
             # a Python scalar operand takes the tensor's dtype first, as in torch's CPU kernels for
             # bf16/fp16 (bf16(x + bf16(s)), not bf16(x + s)); ``alpha`` stays in the compute dtype
@@ -86,6 +90,21 @@ def widened(op):
     run.op = op                           # what passes and descriptions see through
     _WIDENED[op] = run
     return run
+
+
+# ops whose Scalar ``other`` is scaled by ``alpha`` (the bridge's add_relu on a bf16/fp16 tensor:
+# relu(x + other * alpha), the product rounded as one scalar operand; Intel's test_hpu_add_relu)
+_SCALED_SCALAR = {torch.ops.aten._add_relu.Scalar: True}
+
+
+def _fold_alpha(args, kwargs, names):
+    v = dict(zip(names, args))
+    v.update(kwargs)
+    other, alpha = v.get("other"), v.get("alpha", 1)
+    if not isinstance(other, (int, float)) or isinstance(other, bool):
+        return args, kwargs
+    v["other"], v["alpha"] = float(other) * float(alpha), 1
+    return tuple(v[n] for n in names[:len(args)]), {k: v[k] for k in kwargs}
 
 
 def _round_scalar(v, dtype):
