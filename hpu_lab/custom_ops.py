@@ -454,3 +454,55 @@ def _sum_fp8_meta(x, dim=None, keepdim=False, out_dtype=None):
 
 _define("sum_fp8(Tensor self, int[1]? dim=None, bool keepdim=False, ScalarType? out_dtype=None) -> Tensor",
         _sum_fp8, _sum_fp8_meta)
+
+
+# ---------------------------------------------------------------- LAMB (hpex FusedLamb's kernels)
+#   optimizer_lamb_fused_norm(grads, max_norm): the global gradient norm ||g|| over all tensors and
+#     its clip divisor: [||g|| / max_norm] if ||g|| > max_norm else [1], shape [1], grads' dtype.
+#   optimizer_lamb_phase1: per tensor, g / clip -> Adam moments (m = b1 m + b3 g, b3 = 1 - b1 with
+#     grad_averaging else 1; v = b2 v + (1 - b2) g^2), the bias-corrected Adam step
+#     u = (m / bc1) / (sqrt(v / bc2) + eps) (+ wd w), and the norms ||w||, ||u|| into the out lists.
+#   optimizer_lamb_phase2: w += u * neg_step * trust, trust = ||w|| / ||u|| when both are positive
+#     and (wd != 0 or use_lamb), else 1.
+#   Each runs op for op in the tensors' own dtype (a bf16 model's kernels compute in bf16).
+
+def _lamb_norm(grads, max_norm):
+    if not grads:
+        raise RuntimeError("optimizer_lamb_fused_norm: expected at least one gradient")
+    total = torch.zeros(1, dtype=grads[0].dtype)
+    for g in grads:
+        total.add_(g.pow(2).sum())
+    total = total.sqrt()
+    return total / max_norm if bool(total > max_norm) else torch.ones(1, dtype=grads[0].dtype)
+
+
+def _lamb_phase1(grads, weights, exp_avg, exp_avg_sq, w_norms, u_norms, u_steps, clip, grad_averaging,
+                 beta1, beta2, eps, bc1, bc2, weight_decay):
+    beta3 = 1.0 - beta1 if grad_averaging else 1.0
+    for g, w, m, v, wn, un, u in zip(grads, weights, exp_avg, exp_avg_sq, w_norms, u_norms, u_steps):
+        g = g / clip
+        m.mul_(beta1).add_(g, alpha=beta3)
+        v.mul_(beta2).addcmul_(g, g, value=1.0 - beta2)
+        step = (m / bc1) / (v / bc2).sqrt().add_(eps)
+        if weight_decay != 0:
+            step.add_(w, alpha=weight_decay)
+        wn.copy_(w.norm().reshape(wn.shape))
+        un.copy_(step.norm().reshape(un.shape))
+        u.copy_(step)
+
+
+def _lamb_phase2(weights, u_norms, w_norms, u_steps, neg_step, weight_decay, use_lamb):
+    for w, un, wn, u in zip(weights, u_norms, w_norms, u_steps):
+        trust = wn / un if (weight_decay != 0 or use_lamb) and bool(un > 0) and bool(wn > 0) else 1.0
+        w.add_(u * neg_step * trust)
+
+
+_define("optimizer_lamb_fused_norm(Tensor[] grad, float max_norm) -> Tensor", _lamb_norm,
+        lambda grads, max_norm: grads[0].new_empty((1,)))
+_define("optimizer_lamb_phase1(Tensor[] gradients, Tensor[] weights, Tensor(a!)[] exp_avg, Tensor(b!)[] exp_avg_sq, "
+        "Tensor(c!)[] out_weight_norms, Tensor(d!)[] out_adam_norms, Tensor(e!)[] out_adam_steps, "
+        "Tensor clip_global_grad_norm, int grad_averaging, float beta1, float beta2, float epsilon, "
+        "Tensor bias_correction1, Tensor bias_correction2, float weight_decay) -> ()",
+        _lamb_phase1, lambda *a: None)
+_define("optimizer_lamb_phase2(Tensor(a!)[] weights, Tensor[] adam_norms, Tensor[] weight_norms, "
+        "Tensor[] adam_steps, Tensor neg_step, float wd, bool use_lamb) -> ()", _lamb_phase2, lambda *a: None)

@@ -52,6 +52,10 @@ def widened(op):
     def run(*args, **kwargs):
         low = next((t.dtype for t in pytree.tree_leaves((args, kwargs))
                     if isinstance(t, torch.Tensor) and t.dtype in _LOW), None)
+        if low in (torch.bfloat16, torch.float16) and _SCALED_SCALAR.get(op) is not None:
+            # add_relu(x, o, alpha): the operand is o * alpha, rounded to the tensor's dtype (a scalar
+            # o: computed in double, then rounded as any scalar): relu(x + bf16(o * alpha))
+            args, kwargs = _fold_alpha(args, kwargs, names)
         if low in (torch.bfloat16, torch.float16):
             # a Python scalar operand takes the tensor's dtype first, as in torch's CPU kernels for
             # bf16/fp16 (bf16(x + bf16(s)), not bf16(x + s)); ``alpha`` stays in the compute dtype
@@ -86,6 +90,24 @@ def widened(op):
     run.op = op                           # what passes and descriptions see through
     _WIDENED[op] = run
     return run
+
+
+# ops whose ``other`` is scaled by ``alpha`` first (the bridge's add_relu on a bf16/fp16 tensor:
+# relu(x + other * alpha), the product rounded to the tensor's dtype; Intel's test_hpu_add_relu)
+_SCALED_SCALAR = {torch.ops.aten._add_relu.Scalar: True, torch.ops.aten._add_relu.Tensor: True}
+
+
+def _fold_alpha(args, kwargs, names):
+    v = dict(zip(names, args))
+    v.update(kwargs)
+    other, alpha = v.get("other"), v.get("alpha", 1)
+    if isinstance(other, torch.Tensor) and other.dtype in (torch.bfloat16, torch.float16):
+        v["other"], v["alpha"] = other * alpha, 1          # rounded to other's dtype, as on the device
+    elif isinstance(other, (int, float)) and not isinstance(other, bool):
+        v["other"], v["alpha"] = float(other) * float(alpha), 1
+    else:
+        return args, kwargs
+    return tuple(v[n] for n in names[:len(args)]), {k: v[k] for k in kwargs}
 
 
 def _round_scalar(v, dtype):

@@ -6,7 +6,7 @@ import torch
 
 import hpu_lab.core as htcore
 from hpu_lab import config, events
-from hpu_lab.hpex.optimizers import FusedAdamW, FusedSGD
+from hpu_lab.hpex.optimizers import FusedAdagrad, FusedAdamW, FusedSGD
 
 HELPERS = {"input", "output", "view", "scatter", "restride"}
 
@@ -87,6 +87,14 @@ def test_fused_sgd_equals_torch_sgd_on_cpu(kw):
     _assert_same(mc, mh)
 
 
+@pytest.mark.parametrize("kw", [dict(), dict(lr_decay=0.1, weight_decay=0.05, initial_accumulator_value=0.2),
+                                dict(eps=1e-4)])
+def test_fused_adagrad_equals_torch_adagrad_on_cpu(kw):
+    mc, mh = _train_pair(lambda p: torch.optim.Adagrad(p, lr=0.05, **kw), lambda p: FusedAdagrad(p, lr=0.05, **kw),
+                         lr_change=2)
+    _assert_same(mc, mh)
+
+
 def _optimizer_graph(model, opt, fused):
     """The ops of the graph that runs the optimizer update (steady state: after two warm-up steps)."""
     x, y = torch.randn(5, 8).to("hpu"), torch.randn(5, 4).to("hpu")
@@ -109,6 +117,7 @@ CASES = {  # name: (torch optimizer, fused optimizer, fused op, ops torch traces
     "sgd": (lambda p: torch.optim.SGD(p, lr=0.1), lambda p: FusedSGD(p, lr=0.1), "hpu_lab::optimizer_sgd_", 1),
     "sgd_momentum": (lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9), lambda p: FusedSGD(p, lr=0.1, momentum=0.9),
                      "hpu_lab::optimizer_sgd_momentum_", 3),
+    "adagrad": (lambda p: torch.optim.Adagrad(p), FusedAdagrad, "hpu_lab::optimizer_adagrad_", 4),
 }
 
 

@@ -84,3 +84,22 @@ def test_a_scalar_operand_takes_the_half_dtype_first_as_on_cpu():
     assert want.item() == 3.875
     got = _on_hpu(lambda t: torch.ops.aten._add_relu.Scalar(t, s), x)
     assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_add_relu_with_a_scalar_adds_the_rounded_product_of_other_and_alpha(dtype):
+    torch.manual_seed(0)
+    x = torch.rand(40, dtype=dtype)
+    for other, alpha in ((4.3, 0.723), (-2.0, -0.26), (4.3, -0.26)):
+        o, a = (torch.tensor(v, dtype=dtype).item() for v in (other, alpha))
+        got = torch._add_relu(x.to("hpu"), o, alpha=a).cpu()
+        assert got.dtype == dtype and torch.equal(got, torch.relu(x + o * a))   # x + dtype(o * a), rounded once
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_add_relu_with_a_tensor_adds_other_times_alpha_rounded_first(dtype):
+    torch.manual_seed(1)
+    x, o = torch.rand(5, 3, 1, 2, dtype=dtype), torch.rand(1, 3, 5, 2, dtype=dtype)
+    a = torch.tensor(-0.26, dtype=dtype).item()
+    got = torch._add_relu(x.to("hpu"), o.to("hpu"), alpha=a).cpu()
+    assert torch.equal(got, torch.relu(x + o * a))

@@ -266,3 +266,6 @@ __all__ += ["RotaryPosEmbeddingHelperV1", "RotaryPosEmbeddingHelperV2", "RotaryP
 from .custom_softmax import CustomSoftmax  # noqa: E402,F401
 
 __all__ += ["CustomSoftmax"]
+from .ctc_loss import CTCLoss  # noqa: E402,F401
+
+__all__ += ["CTCLoss"]

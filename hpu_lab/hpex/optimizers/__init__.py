@@ -1,4 +1,4 @@
-"""FusedAdamW and FusedSGD (habana_frameworks.torch.hpex.optimizers).
+"""FusedAdamW, FusedSGD, FusedAdagrad and FusedLamb (habana_frameworks.torch.hpex.optimizers).
 
 torch.optim's AdamW on an hpu tensor traces some ten small ops per parameter every step; these
 optimizers trace ONE op for the whole parameter group (``hpu_lab::optimizer_adamw_``,
@@ -22,7 +22,7 @@ from torch.optim.optimizer import required
 
 from .._common import define, mark_step_if_lazy
 
-__all__ = ["FusedAdamW", "FusedSGD"]
+__all__ = ["FusedAdagrad", "FusedAdamW", "FusedLamb", "FusedSGD"]
 
 
 # ---------------------------------------------------------------- kernels (run on the device)
@@ -61,6 +61,16 @@ def _sgd_momentum_cpu(params, bufs, grads, lr, weight_decay, momentum, dampening
         p.add_(g, alpha=-lr)
 
 
+def _adagrad_cpu(params, state_sums, grads, clr, weight_decay, eps):
+    clr = clr.item()
+    for p, s, g in zip(params, state_sums, grads):
+        # torch.optim.adagrad._single_tensor_adagrad (dense), op for op
+        if weight_decay != 0:
+            g = g.add(p, alpha=weight_decay)
+        s.addcmul_(g, g, value=1)
+        p.addcdiv_(g, s.sqrt().add_(eps), value=-clr)
+
+
 def _no_output(*args, **kwargs):
     return None
 
@@ -73,6 +83,9 @@ define("optimizer_sgd_(Tensor(a!)[] params, Tensor[] grads, Tensor lr, float wei
 define("optimizer_sgd_momentum_(Tensor(a!)[] params, Tensor(b!)[] momentum_buffers, Tensor[] grads, "
        "Tensor lr, float weight_decay, float momentum, float dampening, bool nesterov, bool[] first) -> ()",
        _sgd_momentum_cpu, _no_output)
+
+define("optimizer_adagrad_(Tensor(a!)[] params, Tensor(b!)[] state_sums, Tensor[] grads, Tensor clr, "
+       "float weight_decay, float eps) -> ()", _adagrad_cpu, _no_output)
 
 
 def _scalar_tensor(values, like):
@@ -188,3 +201,115 @@ class FusedSGD(_FusedOptimizer):
             bufs.append(state["momentum_buffer"])
         torch.ops.hpu_lab.optimizer_sgd_momentum_(params, bufs, grads, lr, wd, momentum,
                                                   float(group["dampening"]), bool(group["nesterov"]), first)
+
+
+class FusedAdagrad(_FusedOptimizer):
+    """Adagrad as one fused op per parameter group; the update equals ``torch.optim.Adagrad``'s."""
+
+    def __init__(self, params, lr: float = 1e-2, lr_decay: float = 0, weight_decay: float = 0,
+                 initial_accumulator_value: float = 0, eps: float = 1e-10):
+        if not 0.0 <= lr:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if not 0.0 <= lr_decay:
+            raise ValueError(f"Invalid lr_decay value: {lr_decay}")
+        if not 0.0 <= weight_decay:
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        if not 0.0 <= initial_accumulator_value:
+            raise ValueError(f"Invalid initial_accumulator_value value: {initial_accumulator_value}")
+        if not 0.0 <= eps:
+            raise ValueError(f"Invalid epsilon value: {eps}")
+        super().__init__(params, dict(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
+                                      initial_accumulator_value=initial_accumulator_value, eps=eps))
+
+    def _update(self, group, params, grads) -> None:
+        sums = []
+        for p in params:
+            state = self.state[p]
+            if not state:
+                state["sum"] = torch.full_like(p, group["initial_accumulator_value"],
+                                               memory_format=torch.preserve_format)
+            sums.append(state["sum"])
+        group["step"] = step = group.get("step", 0) + 1
+        # the decayed learning rate, on the host in double precision as torch computes it
+        clr = _scalar_tensor(group["lr"] / (1 + (step - 1) * group["lr_decay"]), params[0])
+        torch.ops.hpu_lab.optimizer_adagrad_(params, sums, grads, clr, float(group["weight_decay"]),
+                                             float(group["eps"]))
+
+
+class FusedLamb(Optimizer):
+    """LAMB (NVIDIA's variant, as the bridge's FusedLamb) on the ``torch.ops.hpu.optimizer_lamb_*`` kernels:
+    gradients clipped by their global norm (``max_grad_norm``), Adam moments and the bias-corrected
+    Adam step u (+ weight decay), then ``w -= lr * trust * u`` with trust = ||w|| / ||u|| when weight
+    decay or ``use_lamb`` is on. One step is three graphs in lazy mode (norm, phase 1, phase 2), as the
+    real optimizer marks steps between them."""
+
+    def __init__(self, params, lr=1e-3, bias_correction=True, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01,
+                 amsgrad=False, adam_w_mode=True, grad_averaging=True, set_grad_none=True, max_grad_norm=1.0,
+                 use_lamb=False, fused=False, dtype=None):
+        if amsgrad:
+            raise RuntimeError("FusedLamb does not support the AMSGrad variant.")
+        super().__init__(params, dict(lr=lr, bias_correction=bias_correction, betas=betas, eps=eps,
+                                      weight_decay=weight_decay, grad_averaging=grad_averaging,
+                                      max_grad_norm=max_grad_norm))
+        self.adam_w_mode = 1 if adam_w_mode else 0
+        self.set_grad_none = set_grad_none
+        self.use_lamb = use_lamb
+        self.fused = fused
+        self.dtype = dtype
+        self.device = self.param_groups[0]["params"][0].device
+
+    def zero_grad(self, set_to_none: bool = True):
+        if self.set_grad_none:
+            for group in self.param_groups:
+                for p in group["params"]:
+                    p.grad = None
+        else:
+            super().zero_grad(set_to_none=False)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        grads = [p.grad for g in self.param_groups for p in g["params"] if p.grad is not None]
+        for gr in grads:
+            if gr.is_sparse:
+                raise RuntimeError("Lamb does not support sparse gradients, consider SparseAdam instead.")
+        if not grads:
+            return loss
+        max_norm = self.defaults["max_grad_norm"]
+        if max_norm is not None:
+            clip = torch.ops.hpu.optimizer_lamb_fused_norm(
+                grads if self.dtype is None else [g.to(self.dtype) for g in grads], float(max_norm))
+        else:
+            clip = torch.ones(1, dtype=torch.float32, device=self.device)
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            beta1, beta2 = group["betas"]
+            group["step"] = step = group.get("step", 0) + 1
+            bc = [1.0 - beta1 ** step, 1.0 - beta2 ** step] if group["bias_correction"] else [1.0, 1.0]
+            bc1, bc2 = (torch.tensor(b, device=self.device) for b in bc)
+            mark_step_if_lazy(params)
+            m, v, wn, un, u = [], [], [], [], []
+            for p in params:
+                state = self.state[p]
+                if not state:
+                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                m.append(state["exp_avg"])
+                v.append(state["exp_avg_sq"])
+                wn.append(p.new_empty((1,)))
+                un.append(p.new_empty((1,)))
+                u.append(torch.empty_like(p))
+            mark_step_if_lazy(params)
+            torch.ops.hpu.optimizer_lamb_phase1([p.grad for p in params], params, m, v, wn, un, u, clip,
+                                                1 if group["grad_averaging"] else 0, float(beta1), float(beta2),
+                                                float(group["eps"]), bc1, bc2, float(group["weight_decay"]))
+            mark_step_if_lazy(params)
+            torch.ops.hpu.optimizer_lamb_phase2(params, un, wn, u, torch.tensor(-group["lr"], device=self.device),
+                                                float(group["weight_decay"]), bool(self.use_lamb))
+            mark_step_if_lazy(params)
+        return loss
