@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from . import lazy, ops
+from . import host_ops, lazy, ops, route
 from . import widen as _widen
 from ._source import user_src
 
@@ -40,7 +40,7 @@ def _ops():
 
 def _host(a, reason):
     if isinstance(a, torch.Tensor) and a.device.type == "hpu":
-        return lazy.concrete(a, reason)
+        return host_ops.concrete(a, reason)
     if isinstance(a, (list, tuple)):
         return type(a)(_host(x, reason) for x in a)
     if isinstance(a, torch.device) and a.type == "hpu":
@@ -67,11 +67,11 @@ def _random_out(func, args, kwargs):
     for n, t in zip(names, outs):
         new = ckw[n]
         if tuple(new.shape) != tuple(t.shape):
-            lazy.dispatch(aten.resize_.default, (t, list(new.shape)), {})
+            route.dispatch(aten.resize_.default, (t, list(new.shape)), {})
         lazy.write_concrete(t, new)
     return outs[0] if len(outs) == 1 else tuple(outs)
 
 
 def install() -> None:
     for op in _ops():
-        lazy.register_special(op, _random_out)
+        route.register_special(op, _random_out)
