@@ -257,6 +257,18 @@ def _same_device_error(dev):
                         f"devices, hpu:0 and {dev}!")
 
 
+def scalar_sig(a):
+    """A number's signature: its type and exact bits. Python says 1 == 1.0 == True and
+    0.0 == -0.0, but ``x + 1`` and ``x + 1.0`` differ in dtype and ``x * -0.0`` in sign: keyed by
+    value alone, a cached meta result or recipe of one was reused for the other."""
+    t = type(a)
+    if t is float:
+        return (float, a.hex())
+    if t is complex:
+        return (complex, a.real.hex(), a.imag.hex())
+    return (t, a)
+
+
 def _walk(a, pg, refs, mkeys):
     """(node arg, graph signature) of one argument; appends refs and meta-cache key parts."""
     t = type(a)
@@ -268,8 +280,9 @@ def _walk(a, pg, refs, mkeys):
         mkeys.append((a._size, a._stride, a.dtype))
         return r, ref_sig(pg, r)
     if t in _SCALARS:
-        mkeys.append(a)
-        return a, a
+        sg = a if t is str or t is _NoneType else scalar_sig(a)
+        mkeys.append(sg)
+        return a, sg
     if t is list or t is tuple:
         nargs, sigs = [], []
         for x in a:

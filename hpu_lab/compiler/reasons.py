@@ -12,6 +12,19 @@ def _layout(meta):
     return tuple(size), str(dtype).replace("torch.", "")
 
 
+def _shown(sig):
+    """A number as the user wrote it, from its signature (lazy.scalar_sig: type and bits)."""
+    if type(sig) is tuple and sig and sig[0] in (int, bool, float, complex):
+        if sig[0] is float:
+            return float.fromhex(sig[1])
+        if sig[0] is complex:
+            return complex(float.fromhex(sig[1]), float.fromhex(sig[2]))
+        return sig[1]
+    if type(sig) is tuple:
+        return tuple(_shown(x) for x in sig)
+    return sig
+
+
 def diff(prev, new) -> str:
     if prev is None:
         return "first compile"
@@ -31,7 +44,7 @@ def diff(prev, new) -> str:
         if a[1] != b[1]:
             for x, y in zip(a[1], b[1]):
                 if x != y:
-                    return f"constant changed {x!r} -> {y!r} at node {i} {b[0]} ({b[2]}) (loop variable?)"
+                    return f"constant changed {_shown(x)!r} -> {_shown(y)!r} at node {i} {b[0]} ({b[2]}) (loop variable?)"
             return f"arguments of {b[0]} changed at node {i} ({b[2]})"
     if len(nnodes) > len(pnodes):
         b = nnodes[len(pnodes)]
