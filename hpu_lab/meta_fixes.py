@@ -20,6 +20,10 @@ correction here is the CPU kernel's rule, checked against it by tests/test_meta_
   inverse std; torch's Meta kernels say ``[C]``. The hpu op then failed ("Expected Tensor but got
   None", a storage out of bounds) or returned statistics CPU does not have. In training mode the
   saved statistics of a bfloat16 input are bfloat16 on CPU (the Meta kernels say float32).
+- ``nansum`` with an empty ``dim`` (``nanmean(x, dim=())`` calls it so): CPU's kernel reduces over all
+  dimensions, as ``sum`` does; torch's Meta kernel reduced over none and said the input's shape. The
+  CPU's one-element result was then broadcast into a tensor of the input's shape: a silent wrong
+  answer, found by the gradient sweep (``nanmean``, ``masked.mean``).
 """
 from __future__ import annotations
 
@@ -56,6 +60,15 @@ def _take(self, index):
 
 
 _lib.impl("take", _take, "Meta")
+
+
+def _nansum(self, dim=None, keepdim=False, *, dtype=None):
+    if self.is_complex():
+        raise RuntimeError("nansum does not support complex inputs")
+    return torch.ops.aten.sum.dim_IntList(self, list(dim) if dim else None, keepdim, dtype=dtype)
+
+
+_lib.impl("nansum", _nansum, "Meta")
 
 
 _device_hint = _meta_registrations.device_hint

@@ -121,3 +121,16 @@ def test_batch_norm_training_statistics_have_cpus_dtype_in_bfloat16(lazy):
             assert torch.equal(g.cpu(), r)
     finally:
         config.reload()
+
+
+@pytest.mark.parametrize("dim", [None, (), (0,), (1,), (0, 1), (-1,)])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_nansum_and_nanmean_reduce_like_cpu(dim, keepdim):
+    x = torch.randn(3, 4)
+    x[0, 1] = float("nan")
+    h = x.to("hpu")
+    for op in (torch.nansum, torch.nanmean):
+        kw = {} if dim is None else {"dim": dim, "keepdim": keepdim}
+        got, want = op(h, **kw), op(x, **kw)
+        assert got.shape == want.shape and torch.allclose(got.cpu(), want), (op, dim, keepdim)
+    assert torch.nansum(h, (), keepdim, dtype=torch.float64).dtype == torch.float64
