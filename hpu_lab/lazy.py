@@ -647,6 +647,8 @@ def _keep_rest(pg, rest, produced, done_ids):
             return ref_sig(pg, a)
         if t is list or t is tuple:
             return tuple(resig(x) for x in a)
+        if t is int or t is float or t is bool or t is complex:
+            return scalar_sig(a)        # as _walk signs it
         return a
 
     for n in pg.nodes:

@@ -43,3 +43,13 @@ def test_a_changed_constant_is_reported_as_the_user_wrote_it():
     assert reasons._shown(lazy.scalar_sig(3)) == 3
     assert reasons._shown(lazy.scalar_sig(-0.5)) == -0.5
     assert reasons._shown(((lazy.scalar_sig(1), lazy.scalar_sig(2.0)),)) == ((1, 2.0),)
+
+
+def test_a_recompile_reason_names_the_changed_float_as_written():
+    from hpu_lab import events as ev
+    x = torch.ones(4).to("hpu")
+    with ev.Collector() as c:
+        for k in (1.5, 2.5):
+            (x * k).cpu()
+    reasons = [e.reason for e in c.of(ev.Compile)]
+    assert any("constant changed 1.5 -> 2.5" in r for r in reasons), reasons

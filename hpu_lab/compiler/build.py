@@ -83,7 +83,9 @@ def _consts(sig):
     for s in sig:
         if type(s) is tuple and s and s[0] in ("o", "i") and len(s) >= 3 and type(s[1]) is int:
             continue
-        if type(s) is tuple:
+        if type(s) is tuple and s and s[0] in (int, float, bool, complex):
+            yield s                     # a number's signature (lazy.scalar_sig): one constant
+        elif type(s) is tuple:
             yield from _consts(s)
         else:
             yield s
