@@ -107,6 +107,16 @@ def _collect(group, name):
 
 # ---------------------------------------------------------------- the optimizers
 
+def _adam_moments(state, params):
+    """Adam's first and second moments of each parameter, created as zeros on first use."""
+    for p in params:
+        st = state[p]
+        if not st:
+            st["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            st["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+    return [state[p]["exp_avg"] for p in params], [state[p]["exp_avg_sq"] for p in params]
+
+
 class _FusedOptimizer(Optimizer):
     """The step the fused optimizers share: for each parameter group, a mark_step before (lazy
     mode), its parameters with gradients, ``_update(group, params, grads)`` (one fused op), and a
@@ -149,14 +159,7 @@ class FusedAdamW(_FusedOptimizer):
                                       bias_correction=bias_correction))
 
     def _update(self, group, params, grads) -> None:
-        exp_avgs, exp_avg_sqs = [], []
-        for p in params:
-            state = self.state[p]
-            if not state:
-                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-            exp_avgs.append(state["exp_avg"])
-            exp_avg_sqs.append(state["exp_avg_sq"])
+        exp_avgs, exp_avg_sqs = _adam_moments(self.state, params)
         group["step"] = step = group.get("step", 0) + 1
         beta1, beta2 = group["betas"]
         lr, wd = group["lr"], group["weight_decay"]
@@ -293,17 +296,10 @@ class FusedLamb(Optimizer):
             bc = [1.0 - beta1 ** step, 1.0 - beta2 ** step] if group["bias_correction"] else [1.0, 1.0]
             bc1, bc2 = (torch.tensor(b, device=self.device) for b in bc)
             mark_step_if_lazy(params)
-            m, v, wn, un, u = [], [], [], [], []
-            for p in params:
-                state = self.state[p]
-                if not state:
-                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                m.append(state["exp_avg"])
-                v.append(state["exp_avg_sq"])
-                wn.append(p.new_empty((1,)))
-                un.append(p.new_empty((1,)))
-                u.append(torch.empty_like(p))
+            m, v = _adam_moments(self.state, params)
+            wn = [p.new_empty((1,)) for p in params]
+            un = [p.new_empty((1,)) for p in params]
+            u = [torch.empty_like(p) for p in params]
             mark_step_if_lazy(params)
             torch.ops.hpu.optimizer_lamb_phase1([p.grad for p in params], params, m, v, wn, un, u, clip,
                                                 1 if group["grad_averaging"] else 0, float(beta1), float(beta2),
