@@ -23,7 +23,7 @@ from .compiler.recipe import GraphKey
 from .graph import PendingGraph, ref_sig, op_key, view, scatter, restride, InplaceOnClone, CastTo
 from .runtime import executor
 from .runtime.launch import launch_recipe
-from .tensor import HPUTensor, Inp, Out, new_storage_tensor, storage_extent
+from .tensor import HPUTensor, Inp, Out, contiguous_strides, new_storage_tensor, storage_extent
 
 aten = torch.ops.aten
 CPU = torch.device("cpu")
@@ -147,15 +147,7 @@ def _whole_reshape(t) -> bool:
     for s in t._size:
         n *= s
     return (t._offset == 0 and n == storage_extent(st.size, st.stride) and t.is_contiguous()
-            and st.stride == _contiguous_strides(st.size))
-
-
-def _contiguous_strides(size):
-    stride, acc = [], 1
-    for s in reversed(size):
-        stride.append(acc)
-        acc *= max(s, 1)
-    return tuple(reversed(stride))
+            and st.stride == contiguous_strides(st.size))
 
 
 def read_ref(t):

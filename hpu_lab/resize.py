@@ -17,17 +17,9 @@ import warnings
 
 import torch
 
-from .tensor import HPUTensor, Inp, new_storage_tensor
+from .tensor import HPUTensor, Inp, contiguous_strides, new_storage_tensor
 
 _CPU_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
-
-
-def _contiguous_stride(size):
-    stride, acc = [], 1
-    for s in reversed(size):
-        stride.append(acc)
-        acc *= max(s, 1)
-    return tuple(reversed(stride))
 
 
 def rebind(t: HPUTensor, size) -> HPUTensor:
@@ -35,7 +27,7 @@ def rebind(t: HPUTensor, size) -> HPUTensor:
     size = tuple(int(s) for s in size)
     if any(s < 0 for s in size):
         raise RuntimeError(f"Trying to create tensor with negative dimension {min(size)}: {list(size)}")
-    stride = _contiguous_stride(size)
+    stride = contiguous_strides(size)
     fresh = new_storage_tensor(size, stride, t.dtype, Inp(meta=(size, stride, t.dtype)))
     # the TensorImpl's sizes, strides and (empty, metadata-only) storage: CPU's set_ only rewrites them
     torch.ops.aten.set_.source_Storage_storage_offset.redispatch(

@@ -10,7 +10,7 @@ from . import resize as _resize  # out= / resize_ (issue 16)
 from ._source import user_src
 from .lazy import (S, _full, _same_device_error, functional_op, lazy_op, read_ref, to_cpu, write,
                    write_concrete)
-from .tensor import HPU, HPUTensor, Inp, new_storage_tensor
+from .tensor import HPU, HPUTensor, Inp, contiguous_strides, new_storage_tensor
 
 aten = torch.ops.aten
 
@@ -96,21 +96,13 @@ def native_dropout(func, args, kwargs):
         noise = torch.empty(size, dtype=dtype).bernoulli_(1 - p)
         return noise.div_(1 - p)
 
-    noise = new_storage_tensor(size, _contig(size), x.dtype, None)
-    noise._st.value = Inp(draw(), (size, _contig(size), x.dtype), regen=draw)
+    noise = new_storage_tensor(size, contiguous_strides(size), x.dtype, None)
+    noise._st.value = Inp(draw(), (size, contiguous_strides(size), x.dtype), regen=draw)
     if S.capture is not None:
         S.capture.created(noise._st.value)
     out = lazy_op(aten.mul.Tensor, (x, noise), {})
     mask = lazy_op(aten.ne.Scalar, (noise, 0), {})
     return out, mask
-
-
-def _contig(size):
-    stride, acc = [], 1
-    for s in reversed(size):
-        stride.append(acc)
-        acc *= max(s, 1)
-    return tuple(reversed(stride))
 
 
 def resize_(func, args, kwargs):

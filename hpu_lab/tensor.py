@@ -155,6 +155,15 @@ _to_cpu = None         # set by hpu_lab.lazy
 _set_reason = None     # set by hpu_lab.lazy
 
 
+def contiguous_strides(size) -> tuple:
+    """The strides of a contiguous tensor of ``size``, as torch computes them (a 0 dim counts as 1)."""
+    stride, acc = [], 1
+    for s in reversed(size):
+        stride.append(acc)
+        acc *= max(s, 1)
+    return tuple(reversed(stride))
+
+
 def new_storage_tensor(size, stride, dtype, value) -> HPUTensor:
     """A fresh storage holding ``value`` (Inp or Out) with this layout, and its base tensor."""
     n = storage_extent(size, stride)

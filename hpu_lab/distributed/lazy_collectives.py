@@ -29,7 +29,7 @@ from .. import events as ev
 from .. import lazy
 from .._source import user_src
 from ..graph import ref_sig
-from ..tensor import HPUTensor, Inp, Out
+from ..tensor import HPUTensor, Inp, Out, contiguous_strides
 from . import host
 
 _GROUPS: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()   # group name -> ProcessGroupHCCL
@@ -46,14 +46,6 @@ def enabled(tensors) -> bool:
 
 def register_group(pg) -> None:
     _GROUPS[pg.lab_name] = pg
-
-
-def _contig(size):
-    stride, acc = [], 1
-    for s in reversed(size):
-        stride.append(acc)
-        acc *= max(s, 1)
-    return tuple(reversed(stride))
 
 
 class DeviceCollective:
@@ -148,7 +140,7 @@ def record(pg, kind: str, arg, inputs, outputs) -> None:
             if type(r) is Inp and r.owner is None:
                 r.owner = weakref.ref(t._st)
             refs.append(r)
-        metas = [(tuple(o.shape), _contig(tuple(o.shape)), o.dtype) for o in outputs]
+        metas = [(tuple(o.shape), contiguous_strides(tuple(o.shape)), o.dtype) for o in outputs]
         spec = tuple((i,) for i in range(len(outputs)))
         sig = (tuple(ref_sig(pg_, r) for r in refs),)
         op = op_for(kind, pg.lab_name, arg)
