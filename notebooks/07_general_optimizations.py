@@ -60,7 +60,9 @@ train_set = MNISTLike(train=True)
 #
 # > *Execution of an op automatically falls back to CPU if the op is not registered with its backend as HPU or if op is registered but the requested datatype is not supported on HPU.*
 #
-# Turn the fallback log on (`ENABLE_CONSOLE=true LOG_LEVEL_PT_FALLBACK=1`) and call `digamma` on bfloat16:
+# Turn the fallback log on and call `digamma` on bfloat16. On a Gaudi these are environment variables set
+# before the process starts (`ENABLE_CONSOLE=true LOG_LEVEL_PT_FALLBACK=1 python train.py`); inside this
+# running kernel `hpu_lab.config.set` changes the same settings and validates them at once:
 
 # %%
 # claim M1
