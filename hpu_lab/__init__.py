@@ -63,13 +63,9 @@ from . import backward_errors as _backward_errors  # noqa: E402
 
 from . import native_ops as _native_ops  # noqa: E402
 from . import quant_ops as _quant_ops  # noqa: E402
-from . import rrelu_noise as _rrelu_noise  # noqa: E402
-from . import random_out as _random_out  # noqa: E402
 from . import scaled_mm as _scaled_mm  # noqa: E402
 
 _native_ops.install()       # convolution_overrideable: the backend's own aten ops (issue 16)
-_random_out.install()       # random ops with out=: the draw lands in the out tensor (issue 16)
-_rrelu_noise.install()      # rrelu's noise written without a version bump autograd would refuse (issue 16)
 _scaled_mm.install()        # torch._scaled_mm as Gaudi's fp8_gemm: any layout, scale_result multiplies (issue 16)
 _quant_ops.install()        # quantized_decomposed ops as Gaudi's kernels compute them (fp8 unrounded; issue 16)
 _backward_errors.install()  # an hpu op's error inside backward() is raised, not a process abort (issue 16)
