@@ -123,3 +123,22 @@ def test_autograd_refuses_a_backward_through_a_value_a_host_op_overwrote(mode):
         y.bernoulli_(torch.full((4,), 0.5, device=dev))
         with pytest.raises(RuntimeError, match="modified by an inplace operation"):
             y.sum().backward()
+
+
+def test_device_ops_bump_versions_as_cpu_too(mode):
+    # add_ and out= ops are bumped by autograd's in-place layer above the device; foreach ops are not
+    # (their CPU kernel bumps): the lazy path bumps only those, so every count equals CPU's
+    def run(dev):
+        x = torch.ones(3, device=dev)
+        x.add_(1)
+        x.mul_(2)
+        xs = [torch.ones(3, device=dev), torch.ones(2, device=dev)]
+        torch._foreach_add_(xs, 1.0)
+        o = torch.empty(3, device=dev)
+        torch.mul(x, 2, out=o)
+        v = x[1:]
+        v.zero_()
+        return x._version, xs[0]._version, xs[1]._version, o._version, v._version
+
+    cpu, hpu = _both(run)
+    assert cpu == hpu == (3, 1, 1, 1, 3)
