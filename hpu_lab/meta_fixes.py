@@ -20,6 +20,11 @@ correction here is the CPU kernel's rule, checked against it by tests/test_meta_
   inverse std; torch's Meta kernels say ``[C]``. The hpu op then failed ("Expected Tensor but got
   None", a storage out of bounds) or returned statistics CPU does not have. In training mode the
   saved statistics of a bfloat16 input are bfloat16 on CPU (the Meta kernels say float32).
+- ``convolution``: CPU's kernel returns channels-last when its input or weight is channels-last (the
+  layout its backend, oneDNN or the slow kernel, picks); torch's Meta kernel is always contiguous, as
+  it cannot tell the backend. The layout is asked of torch's own backend selection for a CPU tensor of
+  that shape and layout (what FakeTensor does for torch.compile). A conv net in channels-last then
+  stays channels-last on hpu, as on CPU (what later views, reshapes and ``is_contiguous`` see).
 - ``nansum`` with an empty ``dim`` (``nanmean(x, dim=())`` calls it so): CPU's kernel reduces over all
   dimensions, as ``sum`` does; torch's Meta kernel reduced over none and said the input's shape. The
   CPU's one-element result was then broadcast into a tensor of the input's shape: a silent wrong
@@ -114,3 +119,40 @@ for _op, _training_arg in ((torch.ops.aten.native_batch_norm.default, 5),
                            (torch.ops.aten._native_batch_norm_legit.no_stats, 3),
                            (torch.ops.aten._native_batch_norm_legit_no_training.default, None)):
     _lib.impl(_op, _eval_stats_empty(_op, _training_arg), "Meta")
+
+
+_meta_conv = _meta_registrations.meta_conv
+_fake_mode = []
+
+
+def _cpu_conv_format(x, weight, kw):
+    """The memory format CPU's convolution gives its output: torch's backend choice for CPU tensors
+    of these shapes and layouts (fake ones: nothing is allocated)."""
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+    if not _fake_mode:
+        _fake_mode.append(FakeTensorMode())
+    mode = _fake_mode[0]
+    cpu = torch.device("cpu")
+    fx, fw = FakeTensor(mode, x, cpu), FakeTensor(mode, weight, cpu)
+    with mode:
+        backend = torch._C._select_conv_backend(fx, fw, **kw)
+        if weight.dim() == 3:            # conv1d runs as a 2-d convolution (as fake_impls does)
+            fx, fw = fx.contiguous().unsqueeze(2), fw.unsqueeze(2)
+        return torch._C._conv_determine_backend_memory_format(fx, fw, backend)
+
+
+def _convolution(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    out = _meta_conv(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
+    if not ops.in_meta_kernel() or isinstance(x, torch._subclasses.FakeTensor) or x.device.type != "meta" \
+            or x.dim() not in (3, 4, 5):
+        return out
+    fmt = _cpu_conv_format(x, weight, dict(bias=bias, stride=stride, padding=padding, dilation=dilation,
+                                           transposed=transposed, output_padding=output_padding, groups=groups))
+    if fmt == torch.contiguous_format or fmt == torch.preserve_format:
+        return out
+    if out.dim() == 3:
+        return out.unsqueeze(2).contiguous(memory_format=fmt).squeeze(2)
+    return out.contiguous(memory_format=fmt)
+
+
+_lib.impl("convolution", _convolution, "Meta")
