@@ -11,6 +11,7 @@ import hpu_lab.core as htcore
 from hpu_lab import config, disk_cache, perfmodel
 from hpu_lab import events as ev
 from hpu_lab.compiler import layouts
+from hpu_lab.perfmodel import placement
 
 SWITCH = "PT_HPU_ENABLE_SYNAPSE_LAYOUT_HANDLING"
 
@@ -184,7 +185,7 @@ def test_compare_in_one_call():
     x = torch.randn(2, 3, 16, 16).to("hpu")
     htcore.mark_step()
     with torch.no_grad():
-        r = layouts.compare(m, x)
+        r = placement.compare(m, x)
     placed, per_conv = r["placed"], r["per convolution"]
     assert (placed["permutes"], per_conv["permutes"]) == (2, 6)
     assert (placed["transposes"], per_conv["transposes"]) == (2, 6)
