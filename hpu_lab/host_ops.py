@@ -76,7 +76,7 @@ def host_op(func, args, kwargs, reason):
     pairs = [(t, h) for t, h in pairs if isinstance(t, HPUTensor) and isinstance(h, torch.Tensor)]
     before = [(tuple(h.shape), tuple(h.stride()), h._version) for _, h in pairs]
     try:
-        res = func(*cargs, **ckw)
+        res = _cpu_call(func, cargs, ckw)
     except (NotImplementedError, RuntimeError) as e:
         if not _widen.missing_kernel(e):   # a dtype Gaudi has and the CPU kernel lacks (issue 16)
             raise
@@ -95,6 +95,21 @@ def host_op(func, args, kwargs, reason):
     if not func._schema.returns:
         return None
     return _back(res, back)
+
+
+_ADINPLACE = torch._C.DispatchKey.ADInplaceOrView
+
+
+def _cpu_call(func, cargs, ckw):
+    """``func`` on the host copies, in the dispatch state CPU's kernel runs in. An op with no kernel in
+    autograd's in-place layer (foreach ops, custom ops) reaches CPU's kernel with that layer still on,
+    so the in-place ops the kernel runs inside bump what they write (``_foreach_add_`` bumps each
+    tensor once); inside ``__torch_dispatch__`` the layer is off, so it is turned back on for them."""
+    exclude = torch._C._dispatch_tls_local_exclude_set()
+    if ops.bumped_above(func) or not exclude.has(_ADINPLACE):
+        return func(*cargs, **ckw)
+    with torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), exclude.remove(_ADINPLACE)):
+        return func(*cargs, **ckw)
 
 
 def _fill_outs(func, res, ckw, out_kw):

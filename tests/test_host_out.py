@@ -99,7 +99,7 @@ def test_fp8_out_of_a_random_op_gets_the_float32_draw_rounded_once(mode):
 
 
 def test_in_place_host_op_bumps_the_version_once_as_cpu(mode):
-    config.set(PT_HPU_PLACE_ON_CPU="aten::add_")
+    config.set(PT_HPU_PLACE_ON_CPU="aten::add_,aten::_foreach_add_")
 
     def run(dev):
         x = torch.ones(3, device=dev)
@@ -109,11 +109,13 @@ def test_in_place_host_op_bumps_the_version_once_as_cpu(mode):
         x2 = torch.randn(4, device=dev)
         noise = torch.empty(4, device=dev)
         aten.rrelu_with_noise_(x2, noise, 0.1, 0.3, True)   # noise written by the kernel, not bumped
-        return x._version, y._version, x2._version, noise._version, y.cpu()
+        xs = [torch.ones(2, device=dev), torch.ones(3, device=dev)]
+        torch._foreach_add_(xs, 1.0)        # bumped by the in-place ops CPU's kernel runs inside
+        return x._version, y._version, x2._version, noise._version, xs[0]._version, xs[1]._version, y.cpu()
 
     cpu, hpu = _both(run)
-    assert cpu[:4] == hpu[:4] == (1, 1, 1, 0)
-    assert torch.equal(cpu[4], hpu[4])
+    assert cpu[:6] == hpu[:6] == (1, 1, 1, 0, 1, 1)
+    assert torch.equal(cpu[6], hpu[6])
 
 
 def test_autograd_refuses_a_backward_through_a_value_a_host_op_overwrote(mode):
