@@ -91,3 +91,18 @@ def test_channels_last_conv_net_trains_with_cpus_layouts_and_values(dtype, mode)
     for (cs, cv), (hs, hv) in zip(cpu, hpu):
         assert cs == hs
         assert torch.equal(cv, hv)
+
+
+def test_compiled_convolution_output_layout_is_cpus(mode):
+    # torch.compile traces with FakeTensors on device "hpu": torch's fake convolution asked the backend
+    # choice of that device (contiguous); it now takes CPU's (meta_fixes.py). Not fixed yet: torch's
+    # fake elementwise ops on "hpu" return contiguous results for channels-last inputs, so a compiled
+    # conv followed by relu is still contiguous where CPU's result is channels-last.
+    torch.manual_seed(0)
+    conv = nn.Conv2d(3, 4, 3).to(memory_format=CL)
+    x = torch.randn(2, 3, 8, 8).contiguous(memory_format=CL)
+    ref = conv(x)
+    hconv = __import__("copy").deepcopy(conv).to("hpu")
+    with torch.no_grad():
+        y = torch.compile(hconv, backend="hpu_backend")(x.to("hpu"))
+    assert y.stride() == ref.stride() and torch.equal(y.cpu(), ref.detach())
