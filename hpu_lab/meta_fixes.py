@@ -26,8 +26,10 @@ correction here is the CPU kernel's rule, checked against it by tests/test_meta_
   that shape and layout (what FakeTensor does for torch.compile). A conv net in channels-last then
   stays channels-last on hpu, as on CPU (what later views, reshapes and ``is_contiguous`` see). The
   same for torch.compile's FakeTensors on "hpu" (torch's fake convolution asked PrivateUse1's backend,
-  "Overrideable": contiguous). Torch's fake elementwise ops on "hpu" still return contiguous results
-  for channels-last inputs (not corrected here).
+  "Overrideable": contiguous). Left as torch has it: torch's references make every elementwise result
+  on an "hpu" FakeTensor contiguous on purpose (``torch._refs.is_noncontiguous_supported`` is False
+  for device type "hpu", Intel's bridge), so under torch.compile a relu after a channels-last conv
+  is contiguous, as with the real bridge.
 - ``nansum`` with an empty ``dim`` (``nanmean(x, dim=())`` calls it so): CPU's kernel reduces over all
   dimensions, as ``sum`` does; torch's Meta kernel reduced over none and said the input's shape. The
   CPU's one-element result was then broadcast into a tensor of the input's shape: a silent wrong
