@@ -146,6 +146,9 @@ class Launch(Event):
     key: str = ""
     stream: int = 0
     graph: Optional[GraphSummary] = None
+    # launches on other streams whose outputs this one reads: its stream waits for them first
+    # (the runtime's implicit cross-stream wait, runtime/launch.py; the Gaudi clock orders by it)
+    waits_for: Tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -518,9 +518,11 @@ def inplace_op(func, args, kwargs, info):
     for t, o in zip(flat_targets, outs):
         write(t, o, ops.op_name(func))
     # foreach ops and custom ops (hpex optimizers) bump autograd's version counter only in their CPU
-    # decomposition, which the lazy path never runs: bump it here (twice is harmless), so autograd
-    # still refuses a backward through a tensor modified in place
-    torch._C._increment_version(flat_targets)
+    # decomposition, which the lazy path never runs: bump it here, so autograd still refuses a
+    # backward through a tensor modified in place. Ops with an ADInplaceOrView kernel were bumped
+    # by it already, above the device, as on CPU: a second bump would make _version differ from CPU
+    if not ops.bumped_above(func):
+        torch._C._increment_version(flat_targets)
     after_op(func)
     if func._schema.returns:
         return targets[0] if len(targets) == 1 else tuple(targets)

@@ -20,6 +20,16 @@ correction here is the CPU kernel's rule, checked against it by tests/test_meta_
   inverse std; torch's Meta kernels say ``[C]``. The hpu op then failed ("Expected Tensor but got
   None", a storage out of bounds) or returned statistics CPU does not have. In training mode the
   saved statistics of a bfloat16 input are bfloat16 on CPU (the Meta kernels say float32).
+- ``convolution``: CPU's kernel returns channels-last when its input or weight is channels-last (the
+  layout its backend, oneDNN or the slow kernel, picks); torch's Meta kernel is always contiguous, as
+  it cannot tell the backend. The layout is asked of torch's own backend selection for a CPU tensor of
+  that shape and layout (what FakeTensor does for torch.compile). A conv net in channels-last then
+  stays channels-last on hpu, as on CPU (what later views, reshapes and ``is_contiguous`` see). The
+  same for torch.compile's FakeTensors on "hpu" (torch's fake convolution asked PrivateUse1's backend,
+  "Overrideable": contiguous). Left as torch has it: torch's references make every elementwise result
+  on an "hpu" FakeTensor contiguous on purpose (``torch._refs.is_noncontiguous_supported`` is False
+  for device type "hpu", Intel's bridge), so under torch.compile a relu after a channels-last conv
+  is contiguous, as with the real bridge.
 - ``nansum`` with an empty ``dim`` (``nanmean(x, dim=())`` calls it so): CPU's kernel reduces over all
   dimensions, as ``sum`` does; torch's Meta kernel reduced over none and said the input's shape. The
   CPU's one-element result was then broadcast into a tensor of the input's shape: a silent wrong
@@ -114,3 +124,96 @@ for _op, _training_arg in ((torch.ops.aten.native_batch_norm.default, 5),
                            (torch.ops.aten._native_batch_norm_legit.no_stats, 3),
                            (torch.ops.aten._native_batch_norm_legit_no_training.default, None)):
     _lib.impl(_op, _eval_stats_empty(_op, _training_arg), "Meta")
+
+
+_meta_conv = _meta_registrations.meta_conv
+_fake_mode = []
+
+
+def _cpu_conv_format(x, weight, kw):
+    """The memory format CPU's convolution gives its output: torch's backend choice for CPU tensors
+    of these shapes and layouts (fake ones: nothing is allocated). ``x``, ``weight`` and a tensor
+    ``bias`` in ``kw``: meta tensors."""
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+    if not _fake_mode:
+        _fake_mode.append(FakeTensorMode())
+    mode = _fake_mode[0]
+    cpu = torch.device("cpu")
+    fx, fw = FakeTensor(mode, x, cpu), FakeTensor(mode, weight, cpu)
+    if isinstance(kw.get("bias"), torch.Tensor):
+        kw = dict(kw, bias=FakeTensor(mode, kw["bias"], cpu))
+    with mode:
+        backend = torch._C._select_conv_backend(fx, fw, **kw)
+        if weight.dim() == 3:            # conv1d runs as a 2-d convolution (as fake_impls does)
+            fx, fw = fx.contiguous().unsqueeze(2), fw.unsqueeze(2)
+        return torch._C._conv_determine_backend_memory_format(fx, fw, backend)
+
+
+def _convolution(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    out = _meta_conv(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
+    if not ops.in_meta_kernel() or isinstance(x, torch._subclasses.FakeTensor) or x.device.type != "meta" \
+            or x.dim() not in (3, 4, 5):
+        return out
+    fmt = _cpu_conv_format(x, weight, dict(bias=bias, stride=stride, padding=padding, dilation=dilation,
+                                           transposed=transposed, output_padding=output_padding, groups=groups))
+    if fmt == torch.contiguous_format or fmt == torch.preserve_format:
+        return out
+    if out.dim() == 3:
+        return out.unsqueeze(2).contiguous(memory_format=fmt).squeeze(2)
+    return out.contiguous(memory_format=fmt)
+
+
+_lib.impl("convolution", _convolution, "Meta")
+
+
+# torch.compile: dynamo/AOTAutograd trace with FakeTensors whose device is "hpu"; torch's fake
+# convolution asks the backend choice of that device (PrivateUse1: "Overrideable", contiguous), so a
+# compiled channels-last conv net had contiguous outputs and gradients where CPU's are channels-last.
+# The fake result takes the format CPU's backend gives (as it does for a "cpu" FakeTensor).
+import torch._subclasses.fake_impls as _fake_impls  # noqa: E402
+
+_fake_conv = _fake_impls.op_implementations_dict[torch.ops.aten.convolution.default]
+
+
+def _static_meta(t):
+    if not isinstance(t, torch.Tensor):
+        return t
+    if any(not isinstance(d, int) for d in (*t.shape, *t.stride())):
+        return None
+    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+
+
+def _fake_convolution(fake_mode, func, *args, **kwargs):
+    out = _fake_conv(fake_mode, func, *args, **kwargs)
+    _, kw = _fake_impls._normalize_function_or_error(func, args=args, kwargs=kwargs,
+                                                     normalize_to_only_use_kwargs=True)
+    x, w = kw["input"], kw["weight"]
+    if getattr(getattr(x, "fake_device", None), "type", None) != "hpu" or x.dim() not in (3, 4, 5):
+        return out
+    mx, mw, mb = _static_meta(x), _static_meta(w), _static_meta(kw.get("bias"))
+    if mx is None or mw is None or (kw.get("bias") is not None and mb is None):
+        return out                     # symbolic shapes: left as torch leaves them
+    sel = {k: kw[k] for k in ("stride", "padding", "dilation", "transposed", "output_padding", "groups")}
+    sel["bias"] = mb
+    if mb is None:
+        sel["bias_sizes"] = kw.get("bias_sizes")
+    fmt = _cpu_conv_format(mx, mw, sel)
+    if fmt == torch.contiguous_format or fmt == torch.preserve_format:
+        return out
+
+    def convert(t):
+        if t is None:
+            return t
+        with _fake_impls.in_kernel_invocation_manager(fake_mode):
+            m = t.unsqueeze(2).to(memory_format=fmt).squeeze(2) if t.dim() == 3 else t.to(memory_format=fmt)
+        return _fake_impls.FakeTensor(fake_mode, m, t.fake_device)
+
+    if isinstance(out, tuple):         # convolution_backward: grad_input and grad_weight, as torch's does
+        return (convert(out[0]), convert(out[1]), out[2])
+    return convert(out)
+
+
+for _op in (torch.ops.aten.convolution.default, torch.ops.aten._convolution.default,
+            torch.ops.aten._convolution.deprecated, torch.ops.aten.convolution_backward.default):
+    if _fake_impls.op_implementations_dict.get(_op) is _fake_conv:
+        _fake_impls.op_implementations_dict[_op] = _fake_convolution

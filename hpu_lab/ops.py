@@ -91,6 +91,19 @@ def inplace_info(func):
     return info
 
 
+_BUMPED: dict = {}
+
+
+def bumped_above(func) -> bool:
+    """True if autograd's in-place layer (ADInplaceOrView) bumps the version of what ``func`` writes
+    before it reaches the device (add_, every out= op); foreach and custom ops have no such kernel."""
+    v = _BUMPED.get(func)
+    if v is None:
+        v = _BUMPED[func] = isinstance(func, torch._ops.OpOverload) and \
+            torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "ADInplaceOrView")
+    return v
+
+
 def _arg_types(schema):
     return [(a.name, str(a.type), a.kwarg_only) for a in schema.arguments]
 

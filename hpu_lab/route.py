@@ -58,6 +58,9 @@ def _random_on_host(func, args, kwargs):
     return host_op(func, args, kwargs, f"random op {ops.op_name(func)} (drawn on the host)")
 
 
+_DATA_DEPENDENT_NAMES = {f._schema.name for f in ops.DATA_DEPENDENT}
+
+
 def resolve(func):
     """The handler of an op, in the order of docs/ARCHITECTURE.md (dispatch caches it)."""
     h = _special.get(func)
@@ -77,6 +80,8 @@ def resolve(func):
     if info is None:
         return functional_op
     if info[1]:
+        if func._schema.name in _DATA_DEPENDENT_NAMES:
+            return _data_dependent       # nonzero(x, out=o): CPU's kernel lays o out (column-major)
         return special_ops.out_variant   # op(..., out=t)
     return lazy_op
 

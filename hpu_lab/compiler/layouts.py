@@ -20,9 +20,11 @@ the region is ``channels_last`` its memory already is NHWC and the permute only 
 The emulator's values do not move: every permute here is a view of the same memory the plain
 graph computes in, so the rewritten graph computes bit for bit what the plain graph computes.
 
-    from hpu_lab.compiler import layouts
-    r = layouts.compare(model, x)     # placed vs a permute pair per convolution, on the Gaudi clock
+    from hpu_lab.perfmodel import placement
+    r = placement.compare(model, x)   # placed vs a permute pair per convolution, on the Gaudi clock
     r["placed"]["permutes"], r["placed"]["device us"], r["per convolution"]["graphs"][0]
+
+(``compare`` lives with the Gaudi clock, which it uses: the compiler does not import the clock back.)
 
 The switch is the bridge's ``PT_HPU_ENABLE_SYNAPSE_LAYOUT_HANDLING`` (default true: the graph
 compiler, Synapse, handles layouts; gaudi-pytorch-bridge ``env_flags``). With false the real
@@ -74,22 +76,6 @@ def placement(on: bool):
         yield
     finally:
         _forced.pop()
-
-
-def compare(fn, *args, device=None, **kwargs) -> Dict[str, dict]:
-    """What placement changes in the recipes ``fn(*args, **kwargs)`` would launch, on the Gaudi
-    clock (perfmodel.estimate: nothing runs). {"placed": ..., "per convolution": ...}, each with
-    the permutes in the recipes, how many of them are transposes (the others are views), the
-    recipes' modeled device time (us) and their graphs (GraphSummary, for widgets.draw_graph)."""
-    from .. import perfmodel
-    out = {}
-    for name, on in (("placed", True), ("per convolution", False)):
-        with placement(on):
-            r = perfmodel.estimate_report(fn, *args, device=device, **kwargs)
-        perm = [n for g, _ in r.recipes for n in g.nodes if n.op == "aten::permute"]
-        out[name] = {"permutes": len(perm), "transposes": sum(1 for n in perm if n.tensor_class != "alias"),
-                     "device us": round(r.device_ns / 1e3, 3), "graphs": [g for g, _ in r.recipes]}
-    return out
 
 
 def _meta(n):

@@ -18,7 +18,9 @@ lane's free time) and lasts the recipe's modeled cost (cost.recipe_cost of its g
 
 Cross-stream order. ``StreamRecord`` (an hpu Event recorded on a stream) completes at the modeled
 end of the work queued on that stream before it; after a ``StreamWait`` on it (``wait_event``,
-``wait_stream``), the waiting stream's next work starts no earlier than that.
+``wait_stream``), the waiting stream's next work starts no earlier than that. A launch that reads
+outputs of launches on other streams (``Launch.waits_for``: the runtime's implicit wait) starts no
+earlier than their modeled end.
 
 Events recorded without stamps (``cpu_ns == -1``) fall back to wall-time gaps.
 """
@@ -285,7 +287,10 @@ class Retimer:
                 self.n_launch += 1
                 dlane = f"hpu:{e.stream}"
                 dur = costs.recipe(e.key, e.graph) if e.graph is not None else card.recipe_launch_ns
-                s, f = self._device_span(dlane, "execute", end, dur, e.step, f"{e.key[:6]}")
+                ready = end
+                for lid in e.waits_for:          # inputs produced on other streams: after their end
+                    ready = max(ready, launch_end.get(lid, 0))
+                s, f = self._device_span(dlane, "execute", ready, dur, e.step, f"{e.key[:6]}")
                 launch_end[e.launch_id] = f
                 launch_span[e.launch_id] = (dlane, s, f)
                 self.launches[e.launch_id] = e

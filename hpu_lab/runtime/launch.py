@@ -1,5 +1,9 @@
 """Launching a recipe: reserve its memory, order it after the inputs other streams still produce,
-queue it on a stream (lazy flushes, HPU Graph replays and torch.compile graphs all launch here)."""
+queue it on a stream (lazy flushes, HPU Graph replays and torch.compile graphs all launch here).
+
+The order after another stream's launch is implicit (no ``wait_stream`` needed, a read is never too
+early); its ``Launch`` event names those launches (``waits_for``) so that the Gaudi clock starts the
+work after their modeled end, as it does after an explicit ``StreamWait``."""
 from __future__ import annotations
 
 from .. import events as ev
@@ -25,15 +29,21 @@ def launch_recipe(recipe, externals, stream: int, srcs=None):
     memory.reserve_transient(recipe.peak_bytes, f"recipe {recipe.short_key} ({recipe.node_count} nodes)",
                              held=_held_bytes(externals))
     s = executor.stream(stream)
+    waits_for = []
     for inp in externals:
         src_launch = inp.launch
-        if src_launch is not None and src_launch.stream != s.index and not src_launch.done.is_set():
-            s.submit_fn(src_launch.done.wait)    # cross-stream dependency: wait, never read too early
+        if src_launch is not None and src_launch.stream != s.index:
+            if src_launch.recipe is not None and src_launch.id not in waits_for:
+                # recorded even when it has finished here: on the Gaudi clock it may still run
+                waits_for.append(src_launch.id)
+            if not src_launch.done.is_set():
+                s.submit_fn(src_launch.done.wait)    # cross-stream dependency: never read too early
     launch = executor.Launch(recipe, list(externals), s.index, srcs)
     recipe.launches += 1
     if ev.wants(ev.Launch):
         t = ev.now()
         ev.emit(ev.Launch(t, t, "host", ev.recorder.step, launch_id=launch.id, recipe_id=recipe.id,
-                          key=recipe.short_key, stream=s.index, graph=recipe.summary))
+                          key=recipe.short_key, stream=s.index, graph=recipe.summary,
+                          waits_for=tuple(waits_for)))
     s.submit(launch)
     return launch
