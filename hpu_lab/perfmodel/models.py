@@ -12,8 +12,8 @@ bool device tensor of the activation's shape made once by the step builder and n
 hpu_lab draws real dropout masks on the host, which would make tracing slow (and a seq-512 batch's
 attention masks do not fit this machine's RAM); the stand-in moves the bytes Gaudi's dropout kernel
 moves (forward: read x, write y, one mask byte per element; backward: read the gradient and the
-mask, write the input gradient). At seq 384-512 the attention-probability dropout is ~10% of a
-BERT step's HBM traffic, so it is not left out.
+mask, write the input gradient). At seq 384-512 dropout, mostly on the attention probabilities,
+adds ~10% to a BERT step's HBM traffic, so it is not left out.
 """
 from __future__ import annotations
 
