@@ -26,9 +26,9 @@ HF_GAUDI2_BLOG = ("[HB] R. Pierrard (Hugging Face), \"Faster Training and Infere
                   "14 Dec 2022, re-published by Habana on developer.habana.ai; BERT-base MLM pretraining, 8 devices, "
                   "bf16 mixed precision, SynapseAI 1.7; https://huggingface.co/blog/habana-gaudi-2-benchmark")
 MAMF = ("[MAMF] S. Bekman, ml-engineering, \"Maximum Achievable Matmul FLOPS\" table (compute/accelerator/README.md): "
-        "Gaudi 2 BF16 measured by SqueezeBits (third-party, not Intel) with mamf-finder.py, mean of 100 matmuls "
-        "after 50 warm-up; v2: https://github.com/stas00/ml-engineering/pull/117; v1 (Gaudi software 1.15, "
-        "no cache reset): README at commit b9e29720")
+        "Gaudi 2 BF16 torch.mm, third-party measurements (not Intel) with mamf-finder.py; v2 (mean of 100 matmuls "
+        "after 50 warm-up) by SqueezeBits: https://github.com/stas00/ml-engineering/pull/117; v1 (Gaudi "
+        "software 1.15, caches not reset): the README's older table, at commit b9e29720")
 SOURCES = (OPTIMUM_HABANA, REFERENCE_MODELS, HF_GAUDI2_BLOG, MAMF)
 TERA = 1e12
 
