@@ -11,6 +11,8 @@ like on whatever machine runs it. One module a section, each runnable alone
 - fused (fused.py): the hpex fused optimizers, clipping and attention.
 - panel (panel.py): a live panel's overhead on a 600-step seed-style loop in a Jupyter kernel.
 - disk_cache: cold vs warm start with the disk recipe cache (lives beside the feature).
+- gaudi_clock (perfmodel/validation.py): the Gaudi clock's modeled throughput vs published Gaudi
+  figures (docs/gaudi_clock.md section 5) and the seed-000 what-if table; nothing runs on a device.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ SECTIONS = {
     "fused": ("hpu_lab.bench.fused", "main"),
     "panel": ("hpu_lab.bench.panel", "main"),
     "disk_cache": ("hpu_lab.disk_cache", "report"),
+    "gaudi_clock": ("hpu_lab.perfmodel.validation", "main"),
 }
 
 

@@ -26,8 +26,8 @@ from .cards import Card
 # Efficiency factors: the fraction of a peak figure real kernels reach. Documented and
 # calibrated in docs/gaudi_clock.md ("Validation"); change them here, nowhere else.
 EFFICIENCY: Dict[str, float] = {
-    "mme": 0.90,            # of peak matrix FLOP/s (calibrated, validation.calibrate)
-    "hbm": 0.59,            # of peak HBM bandwidth (calibrated, validation.calibrate)
+    "mme": 0.88,            # of peak matrix FLOP/s (calibrated, validation.calibrate)
+    "hbm": 0.69,            # of peak HBM bandwidth (calibrated, validation.calibrate)
     "tpc": 0.50,            # of peak vector FLOP/s (assumed)
     "host_link": 0.80,      # of PCIe bandwidth per direction (assumed)
     "nic": 0.75,            # of the card's NIC bandwidth (assumed)

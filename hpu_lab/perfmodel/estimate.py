@@ -18,6 +18,7 @@ from .. import events as ev
 from .. import lazy
 from ..compiler import build, passes
 from ..graph import PendingGraph
+from ..runtime import memory
 from ..runtime.executor import DeviceError, Launch
 from ..tensor import Inp, Out
 from . import cost
@@ -113,7 +114,7 @@ def trace(fn, args, kwargs, card: Card, fusion: bool = True) -> Estimate:
 
         with lazy.tracing(on_write, on_flush) as pg:
             try:
-                with ev.recorder.muted():
+                with ev.recorder.muted(), memory.unbacked():     # nothing traced is allocated
                     result = fn(*args, **kwargs)    # held while costing: what fn returns is an output
                 recipes = []
                 total = cost.ZERO

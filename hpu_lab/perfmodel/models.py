@@ -4,8 +4,16 @@ with a SQuAD head or a masked-LM head, as plain nn.Modules.
 
 They are built on the meta device and moved to "hpu" with ``to_empty``: parameters are device
 buffers that are never filled, which is all ``perfmodel.estimate`` needs (it traces, it does not
-run). Dropout is left out: hpu_lab draws dropout masks on the host, which would make tracing a
-BERT step slow, and on a Gaudi it is one fused elementwise multiply (a few % of a step).
+run).
+
+Dropout (BERT's p=0.1 on the embeddings, the attention probabilities and both residual branches,
+as in the published runs) is costed by a stand-in, ``KeepMask``: a multiply by a keep-mask, a
+bool device tensor of the activation's shape made once by the step builder and never filled.
+hpu_lab draws real dropout masks on the host, which would make tracing slow (and a seq-512 batch's
+attention masks do not fit this machine's RAM); the stand-in moves the bytes Gaudi's dropout kernel
+moves (forward: read x, write y, one mask byte per element; backward: read the gradient and the
+mask, write the input gradient). At seq 384-512 dropout, mostly on the attention probabilities,
+adds ~10% to a BERT step's HBM traffic, so it is not left out.
 """
 from __future__ import annotations
 
@@ -61,10 +69,23 @@ class ResNet50(nn.Module):
 
 # ------------------------------------------------------------------ BERT
 
+class KeepMask(nn.Module):
+    """Dropout's device traffic without drawing random numbers: ``x * keep`` where ``keep`` is a bool
+    device tensor of x's shape set by the step builder (``None``: no dropout, the identity)."""
+
+    def __init__(self):
+        super().__init__()
+        self.keep = None
+
+    def forward(self, x):
+        return x if self.keep is None else x * self.keep
+
+
 class BertLayer(nn.Module):
     def __init__(self, hidden, heads, ffn):
         super().__init__()
         self.heads = heads
+        self.drop_att, self.drop_out, self.drop_ffn = KeepMask(), KeepMask(), KeepMask()
         self.qkv = nn.Linear(hidden, 3 * hidden)
         self.out = nn.Linear(hidden, hidden)
         self.ln1 = nn.LayerNorm(hidden)
@@ -76,16 +97,18 @@ class BertLayer(nn.Module):
         b, s, h = x.shape
         d = h // self.heads
         q, k, v = self.qkv(x).view(b, s, 3, self.heads, d).permute(2, 0, 3, 1, 4)
-        att = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(d), dim=-1)
+        att = self.drop_att(torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(d), dim=-1))
         ctx = (att @ v).transpose(1, 2).reshape(b, s, h)
-        x = self.ln1(x + self.out(ctx))
-        return self.ln2(x + self.ff2(F.gelu(self.ff1(x))))
+        x = self.ln1(x + self.drop_out(self.out(ctx)))
+        return self.ln2(x + self.drop_ffn(self.ff2(F.gelu(self.ff1(x)))))
 
 
 class Bert(nn.Module):
-    """BERT encoder; ``head``: "squad" (start/end logits of every token) or "pretrain" (vocabulary
-    logits of ``predictions`` masked positions per sequence, as max_predictions_per_seq: 20 for
-    phase 1, 80 for phase 2; taken as the first positions: the cost is the same)."""
+    """BERT encoder; ``head``: "squad" (start/end logits of every token) or "pretrain" (the masked-LM
+    head: dense + GELU + LayerNorm, then vocabulary logits of ``predictions`` positions per
+    sequence: max_predictions_per_seq, 20 for phase 1 and 80 for phase 2 of the reference
+    pretraining, taken as the first positions (the cost is the same); Hugging Face's
+    BertForMaskedLM computes the logits of every position: ``predictions=seq``)."""
 
     def __init__(self, layers=24, hidden=1024, heads=16, ffn=4096, vocab=30522, max_pos=512, head="squad",
                  predictions=20):
@@ -94,17 +117,29 @@ class Bert(nn.Module):
         self.pos = nn.Embedding(max_pos, hidden)
         self.segment = nn.Embedding(2, hidden)
         self.ln = nn.LayerNorm(hidden)
+        self.drop = KeepMask()
         self.layers = nn.ModuleList(BertLayer(hidden, heads, ffn) for _ in range(layers))
         self.head_kind, self.predictions = head, predictions
+        if head == "pretrain":
+            self.transform, self.transform_ln = nn.Linear(hidden, hidden), nn.LayerNorm(hidden)
         self.head = nn.Linear(hidden, 2 if head == "squad" else vocab)
 
     def forward(self, ids, pos, types):
-        x = self.ln(self.word(ids) + self.pos(pos) + self.segment(types))
+        x = self.drop(self.ln(self.word(ids) + self.pos(pos) + self.segment(types)))
         for layer in self.layers:
             x = layer(x)
         if self.head_kind == "pretrain":
-            x = x[:, :self.predictions]
+            x = self.transform_ln(F.gelu(self.transform(x[:, :self.predictions])))
         return self.head(x)
+
+    def keep_masks(self, batch: int, seq: int, device="hpu"):
+        """Give every KeepMask its (unfilled) bool keep-mask: one for the attention probabilities,
+        one for the hidden states (shared by all layers: the cost is the same)."""
+        att = torch.empty(batch, self.layers[0].heads, seq, seq, dtype=torch.bool, device=device)
+        hid = torch.empty(batch, seq, self.head.in_features, dtype=torch.bool, device=device)
+        self.drop.keep = hid
+        for layer in self.layers:
+            layer.drop_att.keep, layer.drop_out.keep, layer.drop_ffn.keep = att, hid, hid
 
 
 def bert_large(**kw) -> Bert:
@@ -144,13 +179,16 @@ def resnet50_step(batch: int):
     return step, (x, y)
 
 
-def bert_step(make, batch: int, seq: int, head: str = "squad", predictions: int = 20):
+def bert_step(make, batch: int, seq: int, head: str = "squad", predictions: int = 20, dropout: bool = True):
     """(step, args): one FusedAdamW training step of a BERT ``make`` (bert_large / bert_base) on
-    ``batch`` sequences of ``seq`` tokens, bf16 autocast (the published pretraining runs use LAMB:
-    the same traffic per parameter as AdamW, plus a norm)."""
+    ``batch`` sequences of ``seq`` tokens, bf16 autocast, dropout costed by its stand-in unless
+    ``dropout=False`` (the published pretraining runs use LAMB: the same traffic per parameter as
+    AdamW, plus a norm)."""
     import hpu_lab.core as htcore
     from hpu_lab.hpex.optimizers import FusedAdamW
     model = on_hpu(lambda: make(head=head, predictions=predictions))
+    if dropout:
+        model.keep_masks(batch, seq)
     opt = FusedAdamW(model.parameters(), lr=1e-4)
     ids = torch.empty(batch, seq, dtype=torch.long, device="hpu")
     pos = torch.empty(batch, seq, dtype=torch.long, device="hpu")
@@ -174,3 +212,14 @@ def bert_step(make, batch: int, seq: int, head: str = "squad", predictions: int 
         opt.zero_grad(set_to_none=True)
         htcore.mark_step()
     return step, (ids, pos, types, target)
+
+
+def gemm_step(m: int, n: int, k: int, dtype=torch.bfloat16):
+    """(step, args): one (m, k) @ (k, n) matrix multiply on the device, as a matmul benchmark
+    times it (``torch.mm`` in a loop; each launch is one recipe)."""
+    a = torch.empty(m, k, dtype=dtype, device="hpu")
+    b = torch.empty(k, n, dtype=dtype, device="hpu")
+
+    def step(a, b):
+        return torch.mm(a, b)
+    return step, (a, b)
