@@ -1,0 +1,79 @@
+"""In-place ops that read, through another view, memory they write (``t.sub_(t[:, :1])``).
+
+CPU runs such an op on the shared memory: where its overlap check cannot decide (a view that is
+not dense, as a column), the elements written first are read afterwards, so the result depends on
+the kernel's loop order; where it can decide (two dense views partly over each other), it refuses
+("some elements of the input tensor and the written-to tensor refer to a single memory location").
+The lazy path computes in-place ops functionally (every read before any write), which gave another
+result silently. So such an op becomes one node that runs CPU's kernel on views of a copy of the
+storage (graph.InplaceOnAliases), and CPU's overlap check runs at the op, as on CPU.
+Found by the random-program test (tests/fuzz_programs.py, seed 482).
+"""
+from __future__ import annotations
+
+import torch
+
+_SHARES: dict = {}       # (geometry of a, geometry of b) -> whether they share an element
+
+
+def _span(size, stride, offset):
+    return offset, offset + sum((s - 1) * st for s, st in zip(size, stride) if s > 0)
+
+
+def shares_elements(a, b) -> bool:
+    """Whether hpu tensors a and b (a written, b read) share a memory location and are not the same
+    view (reading the very elements an elementwise op writes is what the functional form does)."""
+    if a._st is not b._st or 0 in a._size or 0 in b._size:
+        return False
+    ga, gb = (a._size, a._stride, a._offset), (b._size, b._stride, b._offset)
+    if ga == gb:
+        return False
+    key = (ga, gb)
+    hit = _SHARES.get(key)
+    if hit is None:
+        (lo_a, hi_a), (lo_b, hi_b) = _span(*ga), _span(*gb)
+        if hi_a < lo_b or hi_b < lo_a:
+            hit = False
+        else:                                  # e.g. two columns of one matrix: ranges meet, elements not
+            n = max(hi_a, hi_b) + 1
+            idx = torch.arange(n)
+            mark = torch.zeros(n, dtype=torch.bool)
+            mark[idx.as_strided(*ga).reshape(-1)] = True
+            hit = bool(mark[idx.as_strided(*gb).reshape(-1)].any())
+        if len(_SHARES) > 4096:
+            _SHARES.clear()
+        _SHARES[key] = hit
+    return hit
+
+
+def aliased_args(target, args, kwargs, skip):
+    """Positions (int) and keywords (str) of the top-level tensor args other than ``skip`` that share
+    memory with ``target`` (see ``shares_elements``)."""
+    from .tensor import HPUTensor
+    keys = [i for i, a in enumerate(args) if i != skip and isinstance(a, HPUTensor) and shares_elements(target, a)]
+    keys += [k for k, a in kwargs.items() if isinstance(a, HPUTensor) and shares_elements(target, a)]
+    return keys
+
+
+def check_like_cpu(func, args, kwargs, keys, target_key, extent):
+    """Run ``func`` on CPU dummies laid out as the hpu args (the aliased ones as views of one buffer),
+    so that CPU's overlap check decides: its refusal is raised here, at the op, with CPU's message.
+    The values are zeros, so any other error is not the op's (the real run reports those)."""
+    from .tensor import HPUTensor
+    st = args[target_key]._st if type(target_key) is int else kwargs[target_key]._st
+    buf = torch.zeros(extent, dtype=st.dtype)
+
+    def dummy(a, key):
+        if key == target_key or key in keys:
+            return buf.as_strided(a._size, a._stride, a._offset)
+        if isinstance(a, HPUTensor):
+            return torch.zeros(a._size, dtype=a.dtype)
+        return a
+
+    cargs = [dummy(a, i) for i, a in enumerate(args)]
+    ckw = {k: dummy(a, k) for k, a in kwargs.items()}
+    try:
+        func(*cargs, **ckw)
+    except RuntimeError as e:
+        if "refer to a single memory location" in str(e) or "refers to a single memory location" in str(e):
+            raise RuntimeError(str(e)) from None
