@@ -55,10 +55,23 @@ def aliased_args(target, args, kwargs, skip):
     return keys
 
 
+def describe(a):
+    """What of an argument can change CPU's verdict on an op: a tensor's layout and dtype, a number
+    with its type (never a tensor's values: that would read the device)."""
+    from .tensor import HPUTensor
+    if isinstance(a, HPUTensor):
+        return ("T", a._size, a._stride, a.dtype)
+    if isinstance(a, (list, tuple)):
+        return tuple(describe(x) for x in a)
+    if isinstance(a, torch.Tensor):
+        return ("t", tuple(a.shape), a.dtype, a.device.type)
+    return (type(a), repr(a))
+
+
 def check_like_cpu(func, args, kwargs, keys, target_key, extent):
-    """Run ``func`` on CPU dummies laid out as the hpu args (the aliased ones as views of one buffer),
-    so that CPU's overlap check decides: its refusal is raised here, at the op, with CPU's message.
-    The values are zeros, so any other error is not the op's (the real run reports those)."""
+    """Run ``func`` on CPU stand-ins laid out as the hpu args (the aliased ones as views of one
+    buffer of zeros), so that CPU's checks decide at the op: its overlap refusal, a dtype or shape it
+    refuses, raised here with CPU's message (the checks read layouts, dtypes and numbers, not values)."""
     from .tensor import HPUTensor
     st = args[target_key]._st if type(target_key) is int else kwargs[target_key]._st
     buf = torch.zeros(extent, dtype=st.dtype)
@@ -74,6 +87,5 @@ def check_like_cpu(func, args, kwargs, keys, target_key, extent):
     ckw = {k: dummy(a, k) for k, a in kwargs.items()}
     try:
         func(*cargs, **ckw)
-    except RuntimeError as e:
-        if "refer to a single memory location" in str(e) or "refers to a single memory location" in str(e):
-            raise RuntimeError(str(e)) from None
+    except Exception as e:
+        raise type(e)(str(e)) from None

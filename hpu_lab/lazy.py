@@ -533,6 +533,7 @@ def inplace_op(func, args, kwargs, info):
 
 
 _ON_ALIASES: dict = {}     # one node op per (op, views, storage layout): op keys are cached by id
+_CPU_AGREES: set = set()   # calls (views, layouts, dtypes, numbers) CPU's checks let through
 
 
 def inplace_on_aliases(func, args, kwargs, w, keys):
@@ -541,19 +542,23 @@ def inplace_on_aliases(func, args, kwargs, w, keys):
     copy of the storage and the storage takes its result."""
     t = args[w]
     st = t._st
-    extent = storage_extent(st.size, st.stride)
-    aliasing.check_like_cpu(func, args, kwargs, keys, w, extent)
-    if _trace is not None:
-        _trace[0](t)
-    if S.capture is not None and not _full(t):
-        S.capture.refuse_view_write(t, ops.op_name(func), _src())
-    pg = S.pg
     geo = lambda k, a: (k, a._size, a._stride, a._offset)     # noqa: E731
     views = (geo(w, t),) + tuple(geo(k, args[k] if type(k) is int else kwargs[k]) for k in keys)
     ok = (op_key(func), views, st.size, st.stride)
     op = _ON_ALIASES.get(ok)
     if op is None:
         op = _ON_ALIASES[ok] = InplaceOnAliases(func, views, st.size, st.stride)
+    verdict = (ok, aliasing.describe(args), aliasing.describe(tuple(kwargs.items())))
+    if verdict not in _CPU_AGREES:    # CPU's checks read layouts, dtypes and numbers: once per such call
+        aliasing.check_like_cpu(func, args, kwargs, keys, w, storage_extent(st.size, st.stride))
+        if len(_CPU_AGREES) > 4096:
+            _CPU_AGREES.clear()
+        _CPU_AGREES.add(verdict)
+    if _trace is not None:
+        _trace[0](t)
+    if S.capture is not None and not _full(t):
+        S.capture.refuse_view_write(t, ops.op_name(func), _src())
+    pg = S.pg
     base = st.value
     if S.capture is not None and type(base) is Inp:
         S.capture.saw(base, st)

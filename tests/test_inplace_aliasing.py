@@ -76,3 +76,21 @@ SHRUNK = {   # the random programs that differed, as the shrinker printed them (
 @pytest.mark.parametrize("name", list(SHRUNK))
 def test_fuzz_programs_that_differed(name):
     assert fp.check(SHRUNK[name]) is None
+
+
+@pytest.mark.parametrize("lazy", ["1", "0"])
+def test_cpu_refusals_other_than_overlap_come_at_the_op(lazy):
+    """An int tensor with a float alpha: CPU refuses at the op; so does hpu, the runtime stays usable."""
+    config.set(PT_HPU_LAZY_MODE=lazy)
+    try:
+        msgs = []
+        for dev in ("cpu", "hpu"):
+            t = torch.arange(12).reshape(4, 3).to(dev)
+            t.add_(t[:, :1], alpha=2)                 # the same call with an int alpha goes through
+            with pytest.raises(RuntimeError) as e:
+                t.add_(t[:, :1], alpha=0.5)
+            msgs.append(str(e.value))
+            assert t.cpu()[1].tolist() == [9, 22, 23]  # 3 + 2*3 first, then 4 + 2*9: CPU's loop order
+        assert msgs[0] == msgs[1]
+    finally:
+        config.reload()
