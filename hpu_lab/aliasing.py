@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import torch
 
+from .tensor import HPUTensor
+
 _SHARES: dict = {}       # (geometry of a, geometry of b) -> whether they share an element
 
 
@@ -48,17 +50,23 @@ def shares_elements(a, b) -> bool:
 
 def aliased_args(target, args, kwargs, skip):
     """Positions (int) and keywords (str) of the top-level tensor args other than ``skip`` that share
-    memory with ``target`` (see ``shares_elements``)."""
-    from .tensor import HPUTensor
-    keys = [i for i, a in enumerate(args) if i != skip and isinstance(a, HPUTensor) and shares_elements(target, a)]
-    keys += [k for k, a in kwargs.items() if isinstance(a, HPUTensor) and shares_elements(target, a)]
+    memory with ``target`` (see ``shares_elements``). On every in-place op: the common answer (no
+    other arg on the target's storage) costs one attribute test per tensor arg."""
+    st = target._st
+    keys = None
+    for i, a in enumerate(args):
+        if i != skip and getattr(a, "_st", None) is st and isinstance(a, HPUTensor) and shares_elements(target, a):
+            keys = (keys or []) + [i]
+    if kwargs:
+        for k, a in kwargs.items():
+            if getattr(a, "_st", None) is st and isinstance(a, HPUTensor) and shares_elements(target, a):
+                keys = (keys or []) + [k]
     return keys
 
 
 def describe(a):
     """What of an argument can change CPU's verdict on an op: a tensor's layout and dtype, a number
     with its type (never a tensor's values: that would read the device)."""
-    from .tensor import HPUTensor
     if isinstance(a, HPUTensor):
         return ("T", a._size, a._stride, a.dtype)
     if isinstance(a, (list, tuple)):
@@ -72,7 +80,6 @@ def check_like_cpu(func, args, kwargs, keys, target_key, extent):
     """Run ``func`` on CPU stand-ins laid out as the hpu args (the aliased ones as views of one
     buffer of zeros), so that CPU's checks decide at the op: its overlap refusal, a dtype or shape it
     refuses, raised here with CPU's message (the checks read layouts, dtypes and numbers, not values)."""
-    from .tensor import HPUTensor
     st = args[target_key]._st if type(target_key) is int else kwargs[target_key]._st
     buf = torch.zeros(extent, dtype=st.dtype)
 
