@@ -94,3 +94,21 @@ def test_cpu_refusals_other_than_overlap_come_at_the_op(lazy):
         assert msgs[0] == msgs[1]
     finally:
         config.reload()
+
+
+def test_aliased_inplace_op_in_an_hpu_graph_replays_like_cpu():
+    from hpu_lab.graphs import HPUGraph
+
+    def ref(x):
+        y = x * 2
+        y.sub_(y[:, :1], alpha=0.5)
+        return y
+    x = torch.arange(1., 13.).reshape(4, 3).to("hpu")
+    g = HPUGraph()
+    g.capture_begin()
+    y = ref(x)
+    g.capture_end()
+    assert torch.equal(y.cpu(), ref(x.cpu()))
+    x.copy_(torch.arange(12.).reshape(4, 3).to("hpu") * 3)
+    g.replay()
+    assert torch.equal(y.cpu(), ref(x.cpu()))
