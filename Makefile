@@ -102,7 +102,8 @@ bridge-suite: setup
 
 # The full differential runs (tests/ runs a sample of each): every sample of every OpInfo op in
 # float32, bfloat16 and with gradients, lazy and eager; then random programs, shrunk when they fail.
-# FUZZ_ARGS / PROGRAMS narrow it, e.g. make fuzz FUZZ_ARGS='f32-lazy --per-op 3' PROGRAMS=50
+# FUZZ_ARGS / PROGRAMS narrow it, e.g. make fuzz FUZZ_ARGS='f32-lazy --per-op 3' PROGRAMS=50;
+# FUZZ_ARGS='grad-eager --shard 2/4' runs the second of four interleaved parts of the ops (in pieces).
 FUZZ_ARGS ?=
 PROGRAMS ?= 300
 fuzz: $(VENV)/.installed

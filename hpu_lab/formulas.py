@@ -18,6 +18,8 @@ _lib = None
 def _safe_zeros(grad, inp, dim):
     """torch's prod_safe_zeros_backward: products of everything before and after each element."""
     n = inp.size(dim)
+    if inp.numel() == 0:                 # as torch's: an empty input has an empty gradient
+        return grad.expand_as(inp)
     if n == 1:
         return grad * torch.ones_like(inp)
     ones = torch.ones_like(inp.narrow(dim, 0, 1))

@@ -20,7 +20,8 @@ from ._source import user_src
 from .capture import GraphCapture
 from .compiler import find
 from .compiler.recipe import GraphKey
-from .graph import PendingGraph, ref_sig, op_key, view, scatter, restride, InplaceOnClone, CastTo
+from . import aliasing
+from .graph import PendingGraph, ref_sig, op_key, view, scatter, restride, InplaceOnClone, CastTo, InplaceOnAliases
 from .runtime import executor
 from .runtime.launch import launch_recipe
 from .tensor import HPUTensor, Inp, Out, contiguous_strides, new_storage_tensor, storage_extent
@@ -472,6 +473,10 @@ def inplace_op(func, args, kwargs, info):
         for x in ts:
             if not isinstance(x, HPUTensor):
                 raise _same_device_error(x.device)
+    if len(written) == 1 and isinstance(targets[0], HPUTensor):
+        keys = aliasing.aliased_args(targets[0], args, kwargs, written[0])
+        if keys:
+            return inplace_on_aliases(func, args, kwargs, written[0], keys)
     pg = S.pg
     refs, mkeys = [], []
     nargs, sargs = [], []
@@ -527,6 +532,57 @@ def inplace_op(func, args, kwargs, info):
     if func._schema.returns:
         return targets[0] if len(targets) == 1 else tuple(targets)
     return None
+
+
+_ON_ALIASES: dict = {}     # one node op per (op, views, storage layout): op keys are cached by id
+_CPU_AGREES: set = set()   # calls (views, layouts, dtypes, numbers) CPU's checks let through
+
+
+def inplace_on_aliases(func, args, kwargs, w, keys):
+    """An in-place op writing ``args[w]`` while reading the same memory through the args ``keys``
+    (aliasing.py): CPU's overlap check decides now; then one node runs CPU's kernel on views of a
+    copy of the storage and the storage takes its result."""
+    t = args[w]
+    st = t._st
+    geo = lambda k, a: (k, a._size, a._stride, a._offset)     # noqa: E731
+    views = (geo(w, t),) + tuple(geo(k, args[k] if type(k) is int else kwargs[k]) for k in keys)
+    ok = (op_key(func), views, st.size, st.stride)
+    op = _ON_ALIASES.get(ok)
+    if op is None:
+        op = _ON_ALIASES[ok] = InplaceOnAliases(func, views, st.size, st.stride)
+    verdict = (ok, aliasing.describe(args), aliasing.describe(tuple(kwargs.items())))
+    if verdict not in _CPU_AGREES:    # CPU's checks read layouts, dtypes and numbers: once per such call
+        aliasing.check_like_cpu(func, args, kwargs, keys, w, storage_extent(st.size, st.stride))
+        if len(_CPU_AGREES) > 4096:
+            _CPU_AGREES.clear()
+        _CPU_AGREES.add(verdict)
+    if _trace is not None:
+        _trace[0](t)
+    if S.capture is not None and not _full(t):
+        S.capture.refuse_view_write(t, ops.op_name(func), _src())
+    pg = S.pg
+    base = st.value
+    if S.capture is not None and type(base) is Inp:
+        S.capture.saw(base, st)
+    refs, mkeys = [base], []
+    nargs, sargs = [base], [ref_sig(pg, base)]
+    for i, a in enumerate(args):
+        na, sg = (None, None) if i == w or i in keys else _walk(a, pg, refs, mkeys)
+        nargs.append(na)
+        sargs.append(sg)
+    nkw, skw = {}, []
+    for k, v in kwargs.items():
+        na, sg = (None, None) if k in keys else _walk(v, pg, refs, mkeys)
+        nkw[k] = na
+        skw.append((k, sg))
+    (r,) = pg.add(op, tuple(nargs), nkw, [(st.size, st.stride, st.dtype)], None, tuple(sargs), tuple(skw),
+                  tuple(refs), _op_src(func), "on_aliases:" + repr(ok))
+    st.value = r
+    pg.track(st)
+    t._rc = None
+    torch._C._increment_version([t])
+    after_op(func)
+    return t if func._schema.returns else None
 
 
 # ---------------------------------------------------------------- flush: pending graph -> launch

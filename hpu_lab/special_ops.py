@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import torch
 
-from . import ops
+from . import aliasing, ops
 from . import resize as _resize  # out= / resize_ (issue 16)
 from ._source import user_src
-from .lazy import (S, _full, _same_device_error, functional_op, lazy_op, read_ref, to_cpu, write,
-                   write_concrete)
+from .lazy import (S, _full, _same_device_error, functional_op, inplace_on_aliases, lazy_op, read_ref, to_cpu,
+                   write, write_concrete)
 from .tensor import HPU, HPUTensor, Inp, contiguous_strides, new_storage_tensor
 
 aten = torch.ops.aten
@@ -18,8 +18,12 @@ aten = torch.ops.aten
 def copy_(func, args, kwargs):
     dst, src_t = args[0], args[1]
     non_blocking = kwargs.get("non_blocking", args[2] if len(args) > 2 else False)
+    if src_t is dst:          # as CPU's copy_: a tensor copied onto itself is left alone, even expanded
+        return dst
     if isinstance(dst, HPUTensor):
         if isinstance(src_t, HPUTensor):
+            if aliasing.shares_elements(dst, src_t):     # CPU copies through the shared memory
+                return inplace_on_aliases(aten.copy_.default, tuple(args), kwargs, 0, [1])
             r = lazy_op(aten.copy.default, (dst, src_t), {})   # functional copy (broadcast + cast)
             write(dst, _value_ref(r), "aten::copy_")
             return dst

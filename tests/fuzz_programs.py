@@ -41,7 +41,9 @@ INPLACE = ["{a}.add_({b})", "{a}.mul_(2)", "{a}.zero_()", "{a}.fill_(0.5)", "{a}
            "{a}.copy_({b})", "{a}.sub_({b}, alpha=0.5)", "{a}[0].add_(1)", "{a}.t().mul_(-1)",
            "{a}[..., :1].fill_(3)", "{a}.relu_()", "{a}.addcmul_({b}, {b}, value=0.1)",
            "{a}.unsqueeze_(0)", "{a}.squeeze_()", "{a}.transpose_(0, -1)", "{a}.div_(2)",
-           "{a}.masked_fill_({a} > 0, 0.0)", "{a}.index_fill_(0, torch.tensor([0], device=dev), -2.0)"]
+           "{a}.masked_fill_({a} > 0, 0.0)", "{a}.index_fill_(0, torch.tensor([0], device=dev), -2.0)",
+           # reading, through another view, memory the op writes (CPU's result depends on its loop order)
+           "{a}.mul_({a}[..., :1])", "{a}[..., 1:].sub_({a}[..., :-1], alpha=0.5)"]
 CAST = ["{a}.double()", "{a}.float()", "{a}.to(torch.bfloat16)", "{a}.half().float()", "{a}.int()",
         "{a}.to(torch.float64).sum({d})", "{a}.bool()", "{a}.long() + 1"]
 NEW_SHAPES = [(3,), (4,), (2, 3), (3, 4), (4, 3), (2, 3, 4), (2, 4, 3), (1, 4), (3, 1), (5,), (2, 1, 4)]

@@ -247,10 +247,24 @@ CONFIGS = {            # name: (lazy mode, dtype, gradients)
 }
 
 
+def in_shard(k, shard):
+    """Whether the k-th op of a config belongs to ``shard`` = (i, n), 1 <= i <= n: every n-th op
+    from the i-th, so that the heavy families (linalg, fft, ...) spread over the shards."""
+    return shard is None or k % shard[1] == shard[0] - 1
+
+
+def parse_shard(text):
+    m = re.fullmatch(r"(\d+)/(\d+)", text or "")
+    if not m or not 1 <= int(m[1]) <= int(m[2]):
+        raise ValueError(f"--shard wants I/N with 1 <= I <= N (e.g. 2/4), got {text!r}")
+    return int(m[1]), int(m[2])
+
+
 def sweep(configs, per_op=None, out=sys.stdout, budget_s=None, trace=False, resume=None, json_out=False,
-          only=None):
+          only=None, shard=None):
     """Run every op of each config (``per_op`` samples each, or all); print and return the tallies.
-    ``resume`` = (config, op id, sample index): start just after that sample (see ``isolated``)."""
+    ``resume`` = (config, op id, sample index): start just after that sample (see ``isolated``).
+    ``shard`` = (i, n): only the i-th of n interleaved parts of the ops (see ``in_shard``)."""
     tallies = {}
     for cfg in configs:
         lazy, dtype, grad = CONFIGS[cfg]
@@ -258,8 +272,8 @@ def sweep(configs, per_op=None, out=sys.stdout, budget_s=None, trace=False, resu
         t = tallies[cfg] = Tally()
         t0 = time.monotonic()
         skipping = resume is not None and resume[0] == cfg
-        for op in ops_for(dtype, grad):
-            if only is not None and op_id(op) not in only:
+        for k, op in enumerate(ops_for(dtype, grad)):
+            if only is not None and op_id(op) not in only or not in_shard(k, shard):
                 continue
             if skipping and op_id(op) != resume[1]:
                 continue
@@ -282,7 +296,7 @@ def sweep(configs, per_op=None, out=sys.stdout, budget_s=None, trace=False, resu
     return tallies
 
 
-def isolated(cfg, per_op=None, only=None):
+def isolated(cfg, per_op=None, only=None, shard=None):
     """Run one config in child processes: a sample that aborts the process (an exception raised
     inside a C++ backward formula on hpu aborts in torch's Python device guard) is counted as an
     error of kind 'abort' and the sweep goes on after it. Returns a Tally."""
@@ -297,6 +311,8 @@ def isolated(cfg, per_op=None, only=None):
             cmd += ["--resume", "|".join(map(str, resume))]
         if only is not None:
             cmd += ["--only", ",".join(only)]
+        if shard is not None:
+            cmd += ["--shard", "%d/%d" % shard]
         p = subprocess.run(cmd, capture_output=True, text=True)
         for line in p.stdout.splitlines():
             if line.startswith("JSON "):
@@ -330,18 +346,26 @@ def main(argv):
     ap.add_argument("--resume", default=None, help="(child) config|op|index to start after")
     ap.add_argument("--isolate", action="store_true", help="one child process per config, surviving aborts")
     ap.add_argument("--only", default=None, help="comma-separated op ids")
+    ap.add_argument("--shard", default=None, metavar="I/N",
+                    help="only the I-th of N parts of each config's ops (every N-th op from the I-th), "
+                         "to run a sweep in pieces")
     a = ap.parse_args(argv)
+    try:
+        shard = parse_shard(a.shard) if a.shard is not None else None
+    except ValueError as e:
+        ap.error(str(e))
     if a.isolate:
         tallies = {}
         for cfg in a.configs:
-            tallies[cfg] = isolated(cfg, a.per_op, set(a.only.split(",")) if a.only else None)
-            print(tallies[cfg].report(cfg), flush=True)
+            tallies[cfg] = isolated(cfg, a.per_op, set(a.only.split(",")) if a.only else None, shard)
+            print(tallies[cfg].report(cfg + (f" shard {a.shard}" if shard else "")), flush=True)
     else:
         resume = a.resume.split("|") if a.resume else None
         if resume:
             resume = (resume[0], resume[1], int(resume[2]))
         only = set(a.only.split(",")) if a.only else None
-        tallies = sweep(a.configs, a.per_op, trace=a.trace, resume=resume, json_out=a.json, only=only)
+        tallies = sweep(a.configs, a.per_op, trace=a.trace, resume=resume, json_out=a.json, only=only,
+                        shard=shard)
     if a.json:
         return 1 if any(t.kinds["wrong"] for t in tallies.values()) else 0
     errors = collections.Counter()

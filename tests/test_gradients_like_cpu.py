@@ -8,7 +8,8 @@ import hpu_lab.core as htcore
 from hpu_lab import config
 
 INPUTS = [torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(0)),
-          torch.tensor([[1., 0, 2], [3, 4, 5]]), torch.tensor([1., 0, 0, 2]), torch.tensor(3.)]
+          torch.tensor([[1., 0, 2], [3, 4, 5]]), torch.tensor([1., 0, 0, 2]), torch.tensor(3.),
+          torch.empty(0), torch.empty(3, 0)]      # empty: the gradient is empty (it raised in narrow)
 KWARGS = [{}, {"dim": 0}, {"dim": -1, "keepdim": True}, {"dtype": torch.float64}]
 
 
