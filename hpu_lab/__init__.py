@@ -48,6 +48,9 @@ _linear_ce.install()        # F.linear_cross_entropy(options=...): the chunked o
 from . import lstsq as _lstsq  # noqa: E402
 
 _lstsq.install()            # linalg.lstsq: the solution in CPU's column-major layout
+from . import zerotensor as _zerotensor  # noqa: E402
+
+_zerotensor.install()       # _efficientzerotensor (zero gradients of sgn & co.): a zeros node
 from . import torch_profiler as _torch_profiler  # noqa: E402
 
 _torch_profiler.install()   # torch.profiler traces show the emulated HPU (torch_profiler.py)
