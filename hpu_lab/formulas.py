@@ -25,7 +25,7 @@ _lib = None
 def _safe_zeros(grad, inp, dim):
     """torch's prod_safe_zeros_backward: products of everything before and after each element."""
     n = inp.size(dim)
-    if n == 1:
+    if n <= 1:                           # (an empty dim: nothing to multiply, an empty gradient)
         return grad * torch.ones_like(inp)
     ones = torch.ones_like(inp.narrow(dim, 0, 1))
     before = torch.cat([ones, inp.narrow(dim, 0, n - 1)], dim).cumprod(dim)

@@ -27,6 +27,20 @@ def test_prod_gradient_is_cpus(x, kw, lazy):
     assert torch.equal(xs[1].grad.cpu(), xs[0].grad)
 
 
+@pytest.mark.parametrize("lazy", ["1", "0"])
+@pytest.mark.parametrize("shape, kw", [((0,), {}), ((3, 0), {}), ((3, 0), {"dim": 1}), ((0, 4), {"dim": 0}),
+                                       ((0, 4), {"dim": 1, "keepdim": True})], ids=str)
+def test_prod_gradient_of_an_empty_tensor(shape, kw, lazy):
+    # the gradient sweep's prod samples 10, 11, 25, 33, 34: "start (0) + length (-1) exceeds
+    # dimension size (0)" from the safe-zeros formula over an empty dimension
+    config.set(PT_HPU_LAZY_MODE=lazy)
+    x = torch.randn(shape)
+    xs = [x.clone().requires_grad_(), x.to("hpu").requires_grad_()]
+    gs = [torch.autograd.grad(t.prod(**kw).sum(), t)[0] for t in xs]
+    htcore.mark_step()
+    assert gs[1].shape == gs[0].shape and torch.equal(gs[1].cpu(), gs[0])
+
+
 def test_prod_double_backward_runs():
     x = torch.randn(3, 4)
     xs = [x.clone().requires_grad_(), x.to("hpu").requires_grad_()]
