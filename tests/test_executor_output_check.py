@@ -1,7 +1,7 @@
-"""The executor checks each launched output against what the recipe's graph predicted (shape, dtype,
-strides that address memory): a kernel that disagrees with hpu_lab's shape inference is refused with
-the op's name, not read as the predicted layout (a silent wrong answer). Ops here lie on purpose:
-their Meta kernel says one thing, their CPU kernel returns another."""
+"""The executor checks each launched output against what the recipe's graph predicted: a shape or
+dtype other than hpu_lab's shape inference said is refused with the op's name, not read as the
+predicted one (a silent wrong answer); strides other than predicted are laid out as predicted.
+Ops here lie on purpose: their Meta kernel says one thing, their CPU kernel returns another."""
 import pytest
 import torch
 
@@ -34,12 +34,9 @@ def mode(request):
 
 
 @pytest.mark.parametrize("op, what", [("short", r"float32 \(4,\).* predicted float32 \(2,\)"),
-                                      ("wide", r"float64 \(6,\).* predicted float32 \(6,\)"),
-                                      ("transposed", r"strides \(3, 1\).* predicted float32 \(2, 3\) strides \(1, 2\)")])
+                                      ("wide", r"float64 \(6,\).* predicted float32 \(6,\)")])
 def test_a_kernel_that_disagrees_with_its_meta_is_refused_naming_the_op(op, what, mode):
     x = torch.arange(6.0)
-    if op == "transposed":
-        x = x.reshape(2, 3)
     h = getattr(torch.ops.lce_check, op)(x.to("hpu"))
     htcore.mark_step()
     with pytest.raises(RuntimeError, match="lce_check::" + op + r" \(op created at test_executor_output_check.py:\d+\)"
@@ -50,6 +47,20 @@ def test_a_kernel_that_disagrees_with_its_meta_is_refused_naming_the_op(op, what
     # the runtime stays usable
     assert (x.to("hpu") + 1).cpu().tolist() == (x + 1).tolist()
     torch.hpu.synchronize()
+
+
+def test_other_strides_are_laid_out_as_predicted(mode):
+    """Not a wrong value (every reader lays a buffer out as its storage says): the buffer is made
+    to match its meta once, at the launch, and the values are the kernel's."""
+    x = torch.arange(6.0).reshape(2, 3)
+    before = executor.restrided[0]
+    h = torch.ops.lce_check.transposed(x.to("hpu"))
+    assert h.stride() == (1, 2)                              # the Meta kernel's layout
+    got = h.cpu()
+    assert executor.restrided[0] == before + 1
+    assert torch.equal(got, x * 2)
+    assert torch.equal((h + 1).cpu(), x * 2 + 1)             # and as a graph input
+    assert torch.equal(h.t().contiguous().cpu(), (x * 2).t())
 
 
 def test_a_tuple_output_names_its_op_and_index(mode):
@@ -66,7 +77,7 @@ def test_a_tuple_output_names_its_op_and_index(mode):
 def test_without_the_check_the_lie_is_a_silent_wrong_answer(monkeypatch):
     """What the check prevents (so the tests above can fail): the host reads the buffer as predicted."""
     config.set(PT_HPU_LAZY_MODE="1")
-    monkeypatch.setattr(executor, "check_outputs", lambda *a, **k: None)
+    monkeypatch.setattr(executor, "check_outputs", lambda r, outputs, srcs=None: outputs)
     try:
         x = torch.arange(6.0)
         got = torch.ops.lce_check.short(x.to("hpu")).cpu()
