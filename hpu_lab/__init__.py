@@ -53,6 +53,15 @@ _pinned.install()           # tensor.pin_memory() / is_pinned() for the hpu devi
 from . import sdpa as _sdpa  # noqa: E402
 
 _sdpa.install()             # F.scaled_dot_product_attention: one node, CPU's kernel
+from . import linear_ce as _linear_ce  # noqa: E402
+
+_linear_ce.install()        # F.linear_cross_entropy(options=...): the chunked op with CPU's picks
+from . import lstsq as _lstsq  # noqa: E402
+
+_lstsq.install()            # linalg.lstsq: the solution in CPU's column-major layout
+from . import zerotensor as _zerotensor  # noqa: E402
+
+_zerotensor.install()       # _efficientzerotensor (zero gradients of sgn & co.): a zeros node
 from . import torch_profiler as _torch_profiler  # noqa: E402
 
 _torch_profiler.install()   # torch.profiler traces show the emulated HPU (torch_profiler.py)

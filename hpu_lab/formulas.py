@@ -6,6 +6,13 @@ two differ in the last bits, so hpu gradients differed from CPU's. Here the hpu 
 kernel for ``prod`` computes both and selects as CPU does, on the device (no host sync):
 ``prod(dim)`` uses the quotient unless the input holds a zero anywhere; the full ``prod`` uses the
 quotient unless it holds a zero (one zero: the safe formula; more: it gives zeros, as CPU's).
+
+``ormqr``'s backward, for a subclass, builds the input's gradient out of place (``cat`` of
+columns): contiguous, where CPU's in-place formula leaves it in the input's own layout (a
+column-major Householder matrix from ``geqrf`` gets a column-major gradient). The values are equal
+bit for bit; the layout is what later views and in-place ops see. The hpu autograd kernel runs
+torch's own autograd kernel for ormqr (the C++ formula, the same node type) and a hook on that
+node lays the input's gradient out as the input is.
 """
 from __future__ import annotations
 
@@ -75,3 +82,25 @@ def install() -> None:
         _lib = torch.library.Library("aten", "IMPL")
         _lib.impl("prod", prod, "AutogradPrivateUse1")
         _lib.impl("prod.dim_int", prod_dim, "AutogradPrivateUse1")
+        _lib.impl("ormqr", ormqr, "AutogradPrivateUse1")
+
+
+# torch's C++ autograd kernel of an op, reached from the hpu autograd kernel: the dispatcher
+# selects it by the AutogradCPU key (the same kernel serves every device), and the redispatch after
+# it reaches the Python key, i.e. hpu_lab's dispatch
+_AUTOGRAD_THEN_PYTHON = torch._C.DispatchKeySet(torch._C.DispatchKey.AutogradCPU).add(torch._C.DispatchKey.Python)
+
+
+def ormqr(self, input2, input3, left=True, transpose=False):
+    out = aten.ormqr.default.redispatch(_AUTOGRAD_THEN_PYTHON, self, input2, input3, left, transpose)
+    node = out.grad_fn
+    if node is not None and self.requires_grad:
+        size, stride = tuple(self.shape), tuple(self.stride())
+
+        def input_layout(grad_inputs, grad_outputs):
+            g = grad_inputs[0]
+            if g is None or tuple(g.stride()) == stride or g.shape != size:
+                return None
+            return (g.new_empty_strided(size, stride).copy_(g), *grad_inputs[1:])
+        node.register_hook(input_layout)
+    return out

@@ -34,8 +34,15 @@ correction here is the CPU kernel's rule, checked against it by tests/test_meta_
   dimensions, as ``sum`` does; torch's Meta kernel reduced over none and said the input's shape. The
   CPU's one-element result was then broadcast into a tensor of the input's shape: a silent wrong
   answer, found by the gradient sweep (``nanmean``, ``masked.mean``).
+- ``_batch_norm_with_update[_functional]``, ``_batch_norm_no_update``: the same statistics rules
+  (bfloat16 saved statistics for a bfloat16 input; empty ones without the update), and the
+  functional forms' new running statistics (these and ``_native_batch_norm_legit_functional``'s)
+  in the running statistics' dtype (torch's said float32 for bfloat16). Found by the
+  executor's output check (runtime/executor.py), which refused the float32 the graph predicted.
 """
 from __future__ import annotations
+
+import functools
 
 import torch
 import torch._meta_registrations as _meta_registrations
@@ -114,6 +121,9 @@ def _eval_stats_empty(op, training_arg):
         x, w = args[0], args[1]        # CPU's dtype for them: the parameters' if they differ, else the input's
         dtype = w.dtype if isinstance(w, torch.Tensor) and w.dtype != x.dtype else x.dtype
         shape = mean.shape if training_arg is not None and args[training_arg] else (0,)
+        running = args[3] if len(args) > 3 else None
+        if stats and isinstance(running, torch.Tensor):   # new running stats: in their own dtype, as on CPU
+            stats = [t.new_empty(t.shape, dtype=running.dtype) for t in stats]
         return (out, mean.new_empty(shape, dtype=dtype), invstd.new_empty(shape, dtype=dtype), *stats)
     return kernel
 
@@ -217,3 +227,61 @@ for _op in (torch.ops.aten.convolution.default, torch.ops.aten._convolution.defa
             torch.ops.aten._convolution.deprecated, torch.ops.aten.convolution_backward.default):
     if _fake_impls.op_implementations_dict.get(_op) is _fake_conv:
         _fake_impls.op_implementations_dict[_op] = _fake_convolution
+
+
+def _update_stats_like_cpu(op, training):
+    """The Meta kernel of ``_batch_norm_with_update[_functional]`` / ``_batch_norm_no_update``, with
+    CPU's saved statistics (its dtype rule; empty when not training) and, for the functional form,
+    new running statistics in the running statistics' dtype (torch's say float32 for bfloat16)."""
+    meta = _decomposition_table[op]
+
+    def kernel(*args, **kwargs):
+        out, mean, invstd, reserve, *new = meta(*args, **kwargs)
+        x, w, running = args[0], args[1], args[3]
+        dtype = w.dtype if isinstance(w, torch.Tensor) and w.dtype != x.dtype else x.dtype
+        shape = mean.shape if training or running is None else (0,)
+        stats = (mean.new_empty(shape, dtype=dtype), invstd.new_empty(shape, dtype=dtype))
+        if new and isinstance(running, torch.Tensor):
+            new = [t.new_empty(t.shape, dtype=running.dtype) for t in new]
+        return (out, *stats, reserve, *new)
+    return kernel
+
+
+for _op, _training in ((torch.ops.aten._batch_norm_with_update.default, True),
+                       (torch.ops.aten._batch_norm_with_update_functional.default, True),
+                       (torch.ops.aten._batch_norm_no_update.default, False)):
+    _lib.impl(_op, _update_stats_like_cpu(_op, _training), "Meta")
+
+
+_FAST_SUM_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _embedding_bag_like_cpu(op, requires_grad):
+    """``_embedding_bag`` / ``_embedding_bag_forward_only``: torch's Meta kernel (its checks, its
+    output), with the auxiliary outputs CPU's kernel makes (EmbeddingBag.cpp): ``offset2bag`` is empty
+    on CPU's fast ``sum`` path (float32, float16 *and bfloat16*, unit-stride rows, no padding index),
+    ``bag_size`` has one entry per bag (``include_last_offset`` drops one) unless a ``sum`` runs
+    without gradients (one per offset), ``max_indices`` is ``[bags, D]`` in ``max`` mode, else
+    ``bag_size``'s shape; all in the promoted index dtype."""
+    meta = _meta_registrations.meta_embedding_bag if requires_grad else \
+        _meta_registrations.meta_embedding_bag_forward_only
+
+    def kernel(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
+               per_sample_weights=None, include_last_offset=False, padding_idx=-1):
+        out = meta(weight, indices, offsets, scale_grad_by_freq, mode, sparse, per_sample_weights,
+                   include_last_offset, padding_idx)[0]
+        idx_dtype = torch.int64 if torch.int64 in (indices.dtype, offsets.dtype) else offsets.dtype
+        bags = offsets.size(0) - (1 if include_last_offset else 0)
+        fast = weight.dtype in _FAST_SUM_DTYPES and weight.stride(1) == 1 and out.stride(1) == 1 \
+            and padding_idx < 0 and (per_sample_weights is None or per_sample_weights.stride(0) == 1)
+        n2b = indices.size(0) if mode in (1, 2) or not fast else 0
+        bag_size = (bags,) if requires_grad or mode in (1, 2) else tuple(offsets.shape)
+        max_indices = (bags, weight.size(1)) if mode == 2 else bag_size
+        new = functools.partial(offsets.new_empty, dtype=idx_dtype)
+        return out, new((n2b,)), new(bag_size), new(max_indices)
+    return kernel
+
+
+_lib.impl("_embedding_bag", _embedding_bag_like_cpu(torch.ops.aten._embedding_bag.default, True), "Meta")
+_lib.impl("_embedding_bag_forward_only",
+          _embedding_bag_like_cpu(torch.ops.aten._embedding_bag_forward_only.default, False), "Meta")

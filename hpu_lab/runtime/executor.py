@@ -100,6 +100,109 @@ def _unused_inputs(recipe) -> frozenset:
     return u
 
 
+class OutputMismatch(DeviceError):
+    """A launched recipe produced an output other than the one its graph predicted."""
+
+
+def _predicted(recipe):
+    """Per graph output: (size, stride, dtype, fx node) as the recipe's graph predicts it, or None
+    where it predicts nothing checkable (a number, a symbolic size). Cached on the recipe."""
+    want = recipe.__dict__.get("_predicted")
+    if want is None:
+        want = ()
+        gm = getattr(recipe, "gm", None)
+        graph = getattr(gm, "graph", None)
+        out = None
+        if graph is not None and hasattr(graph, "nodes"):
+            out = next((n for n in reversed(graph.nodes) if n.op == "output"), None)
+        if out is not None and isinstance(out.args[0], (tuple, list)):
+            want = tuple(_expect(n) for n in out.args[0])
+        recipe._predicted = want
+    return want
+
+
+def _expect(n):
+    m = n.meta.get("hpu_meta") if hasattr(n, "meta") else None
+    if type(m) is not tuple or len(m) != 3 or not isinstance(m[2], torch.dtype):
+        return None
+    size, stride, dtype = m
+    if not all(type(s) is int for s in size) or not all(type(s) is int for s in stride):
+        return None
+    # the strides that address memory: a dimension of size 1 addresses nothing, an empty tensor
+    # nothing. A permute the layout pass placed (compiler/layouts.py) keeps the value's logical
+    # meta but not its strides (NHWC memory seen as NCHW): the host lays it out on reading, so
+    # its strides are not a prediction.
+    live = None if 0 in size or n.meta.get("layout_change") else \
+        tuple((d, st) for d, (sz, st) in enumerate(zip(size, stride)) if sz != 1)
+    return tuple(size), live, dtype, n
+
+
+restrided = [0]     # outputs laid out again because their strides were not the predicted ones
+
+
+def check_outputs(recipe, outputs, srcs=None):
+    """Each output's shape and dtype must be the ones the graph predicted: the host already handed
+    out tensors of that shape and dtype and reads the buffer as them; a kernel that disagrees with
+    its shape inference would otherwise be a silent wrong answer (``OutputMismatch``).
+
+    Strides (where they address memory) that differ from the prediction are not wrong values:
+    every reader lays a buffer out as its storage says (``lazy.build_layout``, ``graph.view``), so
+    a layout the Meta kernel mispredicted used to be repaired at each read. The output is laid out
+    as predicted here, once (a copy; ``restrided`` counts them), so the buffer always matches its
+    meta. Returns the outputs (a new tuple if one was laid out again)."""
+    want = _predicted(recipe)
+    if not want:
+        return outputs
+    if len(outputs) != len(want):
+        raise OutputMismatch(f"recipe {recipe.short_key} returned {len(outputs)} outputs where its graph "
+                             f"has {len(want)}")
+    fixed = None
+    for k, w in enumerate(want):
+        if w is None:
+            continue
+        t = outputs[k]
+        size, live, dtype, _ = w
+        if (type(t) is not torch.Tensor and not isinstance(t, torch.Tensor)) or t.dtype is not dtype \
+                or t.shape != size:
+            _mismatch(recipe, k, t, w, srcs)
+        if live:
+            st = t.stride()
+            for d, s in live:
+                if st[d] != s:
+                    if fixed is None:
+                        fixed = list(outputs)
+                    fixed[k] = _restride(t, w)
+                    break
+    return outputs if fixed is None else type(outputs)(fixed) if isinstance(outputs, tuple) else fixed
+
+
+def _restride(t, w):
+    stride = w[3].meta["hpu_meta"][1]
+    out = torch.empty_strided(w[0], stride, dtype=t.dtype)
+    if torch._debug_has_internal_overlap(out) == 1:        # an overlapping prediction: leave it be
+        return t
+    restrided[0] += 1
+    return out.copy_(t)
+
+
+def _mismatch(recipe, k, t, w, srcs):
+    size, _, dtype, n = w
+    src_node = n
+    while src_node.meta.get("op_name") == "getitem" and src_node.args:     # the op of a tuple output
+        src_node = src_node.args[0]
+    op = src_node.meta.get("op_name", str(getattr(src_node, "target", "?")))
+    src = src_node.meta.get("src", "?")
+    i = src_node.meta.get("node_index")
+    if srcs is not None and i is not None and i < len(srcs) and srcs[i]:
+        src = srcs[i]
+    got = (f"{type(t).__name__}" if not isinstance(t, torch.Tensor) else
+           f"{str(t.dtype).replace('torch.', '')} {tuple(t.shape)}")
+    raise OutputMismatch(
+        f"{op} (op created at {src}) returned {got} on the device where recipe {recipe.short_key} predicted "
+        f"{str(dtype).replace('torch.', '')} {size} (output {k}): the kernel disagrees with hpu_lab's "
+        f"shape inference; refused rather than read as the predicted shape and dtype")
+
+
 class Stream:
     """One device queue and its worker thread."""
 
@@ -147,7 +250,7 @@ class Stream:
             args = None
             try:
                 args = _args(launch)
-                launch.outputs = launch.recipe.run(args)
+                launch.outputs = check_outputs(launch.recipe, launch.recipe.run(args), launch.srcs)
             except _FailedInput as e:       # an input is spoiled: its error, not a new one
                 ok = False
                 launch.error = e.error
