@@ -16,7 +16,7 @@ import statistics
 TARGET = 0.10
 
 SETUP = """
-import functools, json, time, torch, hpu_lab, widgets
+import functools, gc, json, time, torch, hpu_lab, widgets
 from hpu_lab.examples import Net, train_step
 torch.manual_seed(0)
 _model = Net().to("hpu")
@@ -27,21 +27,36 @@ for _ in range(5):
     _step()
 torch.hpu.synchronize()
 
+# the garbage collector's time (a full collection walks every object of the kernel: events kept by
+# a panel make them happen, and each costs a noticeable share of the loop)
+_gc = [0.0, 0, 0.0]     # seconds in collections, full collections, start of the current one
+
+def _gc_hook(phase, info):
+    if phase == "start":
+        _gc[2] = time.perf_counter()
+    else:
+        _gc[0] += time.perf_counter() - _gc[2]
+        _gc[1] += info["generation"] == 2
+
+gc.callbacks.append(_gc_hook)
+
 def _plain(n):
+    _gc[:2] = [0.0, 0]
     t, c = time.perf_counter(), time.process_time()
     for _ in range(n):
         _step()
     torch.hpu.synchronize()
-    return time.perf_counter() - t, time.process_time() - c
+    return time.perf_counter() - t, time.process_time() - c, _gc[0], _gc[1]
 
 def _panel(n):
+    _gc[:2] = [0.0, 0]
     t, c = time.perf_counter(), time.process_time()
     with widgets.section("bench: panel overhead"):
         for _ in range(n):
             _step()
         torch.hpu.synchronize()
-        loop, loop_cpu = time.perf_counter() - t, time.process_time() - c
-    return loop, time.perf_counter() - t, loop_cpu
+        loop, loop_cpu, loop_gc = time.perf_counter() - t, time.process_time() - c, tuple(_gc[:2])
+    return loop, time.perf_counter() - t, loop_cpu, *loop_gc
 """
 
 
@@ -71,11 +86,13 @@ def measure(steps: int = 600, rounds: int = 3, batch: int = 64, timeout: float =
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
-    # each row: plain wall, plain CPU, loop wall, cell wall, loop CPU (CPU: the kernel process's,
-    # every thread: steadier than wall time on a loaded machine)
-    med = [statistics.median(r[i] for r in rows) for i in range(5)]
-    return {"plain_s": med[0], "plain_cpu_s": med[1], "loop_s": med[2], "cell_s": med[3], "loop_cpu_s": med[4],
-            "rows": rows, "steps": steps}
+    # each row: plain wall, plain CPU, plain GC s, plain full GCs, loop wall, cell wall, loop CPU,
+    # loop GC s, loop full GCs (CPU: the kernel process's, every thread: steadier than wall time on a
+    # loaded machine; GC: time in the garbage collector, and its full collections)
+    med = [statistics.median(r[i] for r in rows) for i in range(9)]
+    keys = ("plain_s", "plain_cpu_s", "plain_gc_s", "plain_full_gcs", "loop_s", "cell_s", "loop_cpu_s",
+            "loop_gc_s", "loop_full_gcs")
+    return {**dict(zip(keys, med)), "rows": rows, "steps": steps, "load": os.getloadavg()}
 
 
 def main(argv=None) -> dict:
@@ -92,6 +109,9 @@ def main(argv=None) -> dict:
     print(f"whole cell, with the final redraw  {c:6.2f} s   (+{100 * (c / p - 1):.0f}%)")
     pc, lc = r["plain_cpu_s"], r["loop_cpu_s"]
     print(f"process CPU time: plain {pc:.2f} s, loop in the section {lc:.2f} s (+{100 * (lc / pc - 1):.0f}%)")
+    print(f"garbage collector: plain {r['plain_gc_s']:.2f} s ({r['plain_full_gcs']:.0f} full), loop in the section "
+          f"{r['loop_gc_s']:.2f} s ({r['loop_full_gcs']:.0f} full)")
+    print("load average at the end: " + " ".join(f"{x:.1f}" for x in r["load"]))
     return r
 
 
