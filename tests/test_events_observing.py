@@ -94,4 +94,13 @@ def test_events_are_the_dataclasses_they_declare():
         a.nbytes = 1
     with pytest.raises(TypeError):
         ev.MarkStep(1, 2, "host")                      # step is required
+    # what the dataclass's own __init__ refuses is refused, with its message
+    for call in (lambda: ev.MarkStep(1, 2, "host", 0, colour="red"),
+                 lambda: ev.MarkStep(1, 2, "host", 0, "x.py:1", src="y.py:2"),
+                 lambda: ev.MarkStep(1, 2, "host", 0, "x.py:1", 3, 4),
+                 lambda: ev.MarkStep(1, 2, "host", 0, 7, cpu_ns=1, blocked_ns=2, t_end=3)):
+        with pytest.raises(TypeError, match="argument"):
+            call()
+    assert ev.MarkStep(1, 2, "host", 0, "x.py:1", 3) == ev.MarkStep(1, 2, "host", 0, src="x.py:1", pending_nodes=3)
+    assert list(vars(ev.MarkStep(1, 2, "host", 0, pending_nodes=3))) == [f.name for f in dataclasses.fields(ev.MarkStep)]
     assert dataclasses.replace(a, nbytes=8).nbytes == 8 and dataclasses.asdict(a)["pinned"] is True

@@ -36,8 +36,8 @@ for _ in range(5):
     _step()
 torch.hpu.synchronize()
 
-# the garbage collector's time (a full collection walks every object of the kernel: events kept by
-# a panel make them happen, and each costs a noticeable share of the loop)
+# the garbage collector's time (a full collection walks every object of the kernel, a noticeable
+# share of the loop; what a loop keeps brings the next one on)
 _gc = [0.0, 0, 0.0]     # seconds in collections, full collections, start of the current one
 
 def _gc_hook(phase, info):
