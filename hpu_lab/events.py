@@ -322,7 +322,9 @@ def _gc_untracker():
     cost 0.3-0.7 s of a 2.3 s loop, a pause the loop without a panel never has. An event cannot be
     part of a reference cycle (it is immutable and holds numbers, strings and tuples of them, and
     frozen graph summaries that hold no events), so the collector has nothing to find in it: CPython
-    untracks tuples and dicts of such values itself. Reference counting still frees events."""
+    untracks tuples and dicts of such values itself. An event's fields are its ``__dict__`` (a dict
+    of its own, see _record), untracked with it (a dict re-tracks itself if a container is ever put
+    in it). Reference counting still frees events."""
     import sys
     if sys.implementation.name != "cpython":
         return lambda obj: None
@@ -509,6 +511,7 @@ class Recorder:
             return
         if event.lane != "host":             # device events are re-timed by the model, not stamped
             _untrack(event)                  # observers may keep it: see _gc_untracker
+            _untrack(event.__dict__)
             for fn in everyone:
                 fn(event)
             for fn in some:
@@ -538,6 +541,7 @@ class Recorder:
             d = event.__dict__
             d["cpu_ns"], d["blocked_ns"] = cpu, blocked
             _untrack(event)
+            _untrack(d)
             for fn in everyone:
                 fn(event)
             for fn in some:
@@ -587,6 +591,7 @@ class Recorder:
                         hc.blocked += off_cpu
             d["cpu_ns"], d["blocked_ns"] = hc.cpu, hc.blocked    # frozen: set past __setattr__
         _untrack(event)                      # observers may keep it: see _gc_untracker
+        _untrack(d)                          # its fields (a dict: see _record)
         for fn in everyone:
             fn(event)
         for fn in some:
