@@ -295,3 +295,59 @@ def test_a_growing_section_is_retimed_only_in_its_new_tail(monkeypatch):
     assert [(e.t_start, e.t_end) for e in r.events] == [(e.t_start, e.t_end) for e in whole.events]
     assert (r.host_ns, r.device_busy_ns, r.wall_ns, r.verdict) == \
         (whole.host_ns, whole.device_busy_ns, whole.wall_ns, whole.verdict)
+
+
+class _WatchedList(list):
+    """A list that counts every read of it (a live panel's subscription should only append)."""
+    reads = 0
+
+    def _read(self):
+        type(self).reads += 1
+
+    def __iter__(self):
+        self._read()
+        return super().__iter__()
+
+    def __getitem__(self, i):
+        self._read()
+        return super().__getitem__(i)
+
+    def __len__(self):
+        self._read()
+        return super().__len__()
+
+    def copy(self):
+        self._read()
+        return super().copy()
+
+
+def test_a_live_panel_does_constant_work_per_event_between_redraws():
+    """Between redraws, the panel's subscription appends each event and looks at the clock: it
+    reads none of the events it holds, and every event costs it the same calls (none grows with
+    the number of events held), so 45,000 events of a 600-step loop cost 45,000 times one."""
+    import sys
+    src = host_bound_loop(steps=3)
+    events = _WatchedList()
+    p = widgets.SectionPanel("", events=events, min_interval=3600.0)      # no redraw in the test
+    calls = []
+
+    def count(frame, what, arg):
+        if what in ("call", "c_call"):
+            calls[-1] += 1
+    p.attach(live=True)
+    try:
+        for n in (100, 2000):
+            before = _WatchedList.reads
+            calls.append(0)
+            sys.setprofile(count)
+            try:
+                for i in range(n):
+                    ev.emit(src[i % len(src)])
+            finally:
+                sys.setprofile(None)
+            assert _WatchedList.reads == before, "the subscription read the events it holds"
+    finally:
+        p.detach()
+    assert p.stats["refreshes"] == 0 and list.__len__(events) == 2100
+    per_event = [c / n for c, n in zip(calls, (100, 2000))]
+    assert per_event[1] <= per_event[0] * 1.05, per_event     # calls per event do not grow

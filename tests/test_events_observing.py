@@ -1,0 +1,107 @@
+"""What observing the event stream costs the observed program (issue 14, point 5): counts and
+facts, never time."""
+import functools
+import gc
+import sys
+import time
+import weakref
+
+import pytest
+import torch
+
+import hpu_lab  # noqa: F401
+from hpu_lab import events as ev
+from hpu_lab.examples import Net, train_step
+
+
+@pytest.fixture(scope="module")
+def step():
+    torch.manual_seed(0)
+    model = Net().to("hpu")
+    opt = torch.optim.Adadelta(model.parameters(), lr=0.1)
+    x, y = torch.randn(8, 1, 28, 28), torch.randint(0, 10, (8,))
+    s = functools.partial(train_step, model, opt, x, y)
+    s()
+    torch.hpu.synchronize()
+    return s
+
+
+@pytest.mark.skipif(sys.implementation.name != "cpython", reason="CPython's cyclic garbage collector")
+def test_kept_events_give_the_garbage_collector_nothing_to_walk(step):
+    """A recording keeps tens of thousands of events; tracked, they would bring on full collections
+    of the whole process that the unobserved program never has. Untracked, they are still freed."""
+    with ev.Collector() as c:
+        for _ in range(2):
+            step()
+        torch.hpu.synchronize()
+    kinds = {type(e) for e in c.events}
+    assert {ev.OpAccumulated, ev.MarkStep, ev.Launch, ev.DeviceExecution} <= kinds
+    assert not [e for e in c.events if gc.is_tracked(e) or gc.is_tracked(vars(e))]
+    ref = weakref.ref(c.events[0])
+    del c
+    assert ref() is None                     # reference counting frees them as before
+    # an event nobody observes is left as it was made
+    e = ev.MarkStep(0, 0, "host", 0)
+    assert gc.is_tracked(e) and gc.is_tracked(vars(e))
+
+
+def _busy(ns):
+    t = time.perf_counter_ns()
+    while time.perf_counter_ns() - t < ns:
+        pass
+
+
+def _host_cpu_of(build_cost_after_end: bool, n=300, work_ns=8_000):
+    """Host CPU the stamps give ``n`` events, each preceded by ``work_ns`` of busy work: the user's
+    (before the event ends) or the recording's (after its end, building the event)."""
+    with ev.Collector() as c:
+        for _ in range(n):
+            if not build_cost_after_end:
+                _busy(work_ns)
+            t = ev.now()
+            if build_cost_after_end:
+                _busy(work_ns)
+            ev.emit(ev.OpAccumulated(t, t, "host", ev.recorder.step, op="aten::add"))
+    return c.events[-1].cpu_ns - c.events[0].cpu_ns
+
+
+def test_building_an_event_is_not_the_users_host_time():
+    """What happens between an event's end and its emission is the recording's bookkeeping (on a
+    live panel one event per op is built): like an observer's time it stays off the host lane."""
+    user = _host_cpu_of(False)
+    bookkeeping = _host_cpu_of(True)
+    assert user >= 299 * 8_000 * 0.9, user
+    assert bookkeeping < 0.4 * user, (bookkeeping, user)
+
+
+def test_events_are_the_dataclasses_they_declare():
+    """The faster __init__ (events._record) takes the dataclass's own signature and gives the
+    same fields, equality, hash, repr and immutability."""
+    import dataclasses
+    import inspect
+    for cls in [ev.Event, *ev.Event.__subclasses__()]:
+        params = inspect.signature(cls).parameters
+        fields = dataclasses.fields(cls)
+        assert [p for p in params] == [f.name for f in fields if not f.kw_only] + [f.name for f in fields if f.kw_only]
+        for f in fields:
+            p = params[f.name]
+            assert (p.kind is inspect.Parameter.KEYWORD_ONLY) == f.kw_only, (cls, f.name)
+            assert p.default is (inspect.Parameter.empty if f.default is dataclasses.MISSING else f.default)
+    a = ev.HostToDevice(1, 2, "host", 3, 64, src="x.py:1", pinned=True)
+    b = ev.HostToDevice(1, 2, "host", 3, nbytes=64, src="x.py:1", pinned=True, cpu_ns=5)
+    assert a == b and hash(a) == hash(b) and a.cpu_ns == -1 and b.cpu_ns == 5 and a.stream == -1
+    assert repr(a).startswith("HostToDevice(t_start=1, t_end=2, lane='host', step=3, nbytes=64,")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        a.nbytes = 1
+    with pytest.raises(TypeError):
+        ev.MarkStep(1, 2, "host")                      # step is required
+    # what the dataclass's own __init__ refuses is refused, with its message
+    for call in (lambda: ev.MarkStep(1, 2, "host", 0, colour="red"),
+                 lambda: ev.MarkStep(1, 2, "host", 0, "x.py:1", src="y.py:2"),
+                 lambda: ev.MarkStep(1, 2, "host", 0, "x.py:1", 3, 4),
+                 lambda: ev.MarkStep(1, 2, "host", 0, 7, cpu_ns=1, blocked_ns=2, t_end=3)):
+        with pytest.raises(TypeError, match="argument"):
+            call()
+    assert ev.MarkStep(1, 2, "host", 0, "x.py:1", 3) == ev.MarkStep(1, 2, "host", 0, src="x.py:1", pending_nodes=3)
+    assert list(vars(ev.MarkStep(1, 2, "host", 0, pending_nodes=3))) == [f.name for f in dataclasses.fields(ev.MarkStep)]
+    assert dataclasses.replace(a, nbytes=8).nbytes == 8 and dataclasses.asdict(a)["pinned"] is True
