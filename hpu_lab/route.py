@@ -16,7 +16,8 @@ import torch
 from . import config, eager, fallback, ops, view_ops
 from . import lazy, special_ops
 from .host_ops import host_op
-from .lazy import S, functional_op, lazy_op
+from .lazy import S, _same_device_error, functional_op, lazy_op
+from .tensor import HPUTensor
 
 _special: dict = dict(special_ops.HANDLERS)        # OpOverload -> handler(func, args, kwargs)
 for _f in ops.RANDOM_INPLACE:
@@ -89,11 +90,27 @@ def resolve(func):
 def dispatch(func, args, kwargs):
     h = _handler.get(id(func))
     if h is None:
-        h = _handler[id(func)] = resolve(func)
+        h = resolve(func)
+        info = ops.inplace_info(func)
+        if info is not None and info[1]:
+            h = _out_on_device(h, info[1])
+        _handler[id(func)] = h
         _handler_keep.append(func)
     if S.eager:
         return eager.run(h, func, args, kwargs)    # launched as soon as it returns
     return h(func, args, kwargs)
+
+
+def _out_on_device(h, out_kw):
+    """``op(hpu_input, out=cpu_tensor)``: CPU's kernels would happily write the CPU tensor (the
+    host path computes there), but every torch device refuses an ``out=`` on another device."""
+    def handler(func, args, kwargs):
+        for k in out_kw:
+            for o in (kwargs[k] if isinstance(kwargs.get(k), (list, tuple)) else (kwargs.get(k),)):
+                if isinstance(o, torch.Tensor) and not isinstance(o, HPUTensor):
+                    raise _same_device_error(o.device)
+        return h(func, args, kwargs)
+    return handler
 
 
 def _no_meta(func, args, kwargs, err):

@@ -144,3 +144,22 @@ def test_device_ops_bump_versions_as_cpu_too(mode):
 
     cpu, hpu = _both(run)
     assert cpu == hpu == (3, 1, 1, 1, 3)
+
+
+@pytest.mark.parametrize("placed_on_cpu", [False, True])
+def test_an_out_tensor_on_another_device_is_refused_and_left_alone(mode, placed_on_cpu):
+    # every torch device refuses out= on another device; the host path computes on the CPU, where
+    # writing the user's CPU tensor silently would have "worked"
+    if placed_on_cpu:
+        config.set(PT_HPU_PLACE_ON_CPU="aten::add,aten::sort")
+    a = torch.tensor([3., 1, 2], device="hpu")
+    cases = {"add": lambda o: torch.add(a, 1, out=o),
+             "sort": lambda o: torch.sort(a, out=(o, torch.empty(0, dtype=torch.long))),
+             "nonzero": lambda o: torch.nonzero(a, out=o.long())}
+    for name, op in cases.items():
+        o = torch.full((3,), -7.0)
+        with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device, but found "
+                                               "at least two devices, hpu:0 and cpu!"):
+            op(o)
+        assert o.tolist() == [-7.0] * 3 and o._version == 0, name
+    assert torch.add(a, 1).cpu().tolist() == [4., 2, 3]      # the runtime stays usable
