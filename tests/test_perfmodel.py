@@ -53,6 +53,9 @@ def test_cards_and_device_name():
         pm.card("tpu")
     g1, g2, g3 = (pm.DEVICES[n] for n in ("gaudi", "gaudi2", "gaudi3"))
     assert g2.mme_rate("bfloat16") == 432e12 and g3.mme_rate("bfloat16") == 1835e12
+    # FP8 matrix peaks [HC24]: twice bf16 on Gaudi 2, equal to it on Gaudi 3; first-gen has no FP8
+    assert g2.mme_rate("float8_e4m3fn") == g2.mme_rate("float8_e5m2") == 865e12
+    assert g3.mme_rate("float8_e4m3fn") == 1835e12 and g1.mme_rate("float8_e4m3fn") == g1.mme_rate("bfloat16")
     assert (g1.hbm_bw, g2.hbm_bw, g3.hbm_bw) == (0.9e12, 2.46e12, 3.67e12)
     assert g3.vector_rate("bfloat16") == 28.7e12 and (g2.tpc_units, g3.tpc_units, g3.mme_units) == (24, 64, 8)
 

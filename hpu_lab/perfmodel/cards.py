@@ -2,7 +2,8 @@
 
 Sources (docs/gaudi_clock.md cites them in full):
   [HC24]  R. Kaplan, "Intel Gaudi 3 AI Accelerator: Architected for Gen AI Training and Inference",
-          Hot Chips 2024: the Gaudi / Gaudi 2 / Gaudi 3 table (peak BF16 60 / 432 / 1835 TFLOPS,
+          Hot Chips 2024: the Gaudi / Gaudi 2 / Gaudi 3 table (peak BF16 60 / 432 / 1835 TFLOPS, FP8
+          - / 865 / 1835 TFLOPS,
           HBM 32 / 96 / 128 GB at 0.9 / 2.46 / 3.67 TB/s, PCIe 64 / 64 / 128 GB/s bidirectional,
           NIC 2 / 4.8 / 9.6 Tb/s bidirectional) and the Gaudi 3 sheet (BF16 vector 28.7 TFLOPS,
           8 MME, 64 TPC, 96 MB SRAM).
@@ -51,8 +52,8 @@ class Card:
 _PER_TPC_BF16 = 28.7 * TERA / 64
 
 
-def _mme(bf16: float, fp32_ratio: float) -> Dict[str, float]:
-    return {"bfloat16": bf16, "float16": bf16, "float8_e4m3fn": bf16, "float8_e5m2": bf16,
+def _mme(bf16: float, fp32_ratio: float, fp8: float) -> Dict[str, float]:
+    return {"bfloat16": bf16, "float16": bf16, "float8_e4m3fn": fp8, "float8_e5m2": fp8,
             "float32": bf16 * fp32_ratio}
 
 
@@ -63,11 +64,11 @@ def _vec(bf16: float) -> Dict[str, float]:
 
 GAUDI = Card(
     name="gaudi", device_name="GAUDI", title="Intel Gaudi (first generation)",
-    mme_flops=_mme(60 * TERA, 0.25), vector_flops=_vec(8 * _PER_TPC_BF16 * 0.6),
+    mme_flops=_mme(60 * TERA, 0.25, fp8=60 * TERA), vector_flops=_vec(8 * _PER_TPC_BF16 * 0.6),
     hbm_bytes=32 * 2**30, hbm_bw=0.9e12, sram_bytes=24 * 2**20,
     host_link_bw=32 * GIGA, nic_bw=125 * GIGA, mme_units=1, tpc_units=8,
     recipe_launch_ns=30_000, kernel_ns=3_000,
-    notes={"mme_flops": "BF16 60 TFLOPS [HC24]; fp32 = 1/4 of bf16 (assumed)",
+    notes={"mme_flops": "BF16 60 TFLOPS [HC24]; fp32 = 1/4 of bf16 (assumed); no FP8 MME mode: fp8 costed at the bf16 rate (assumed)",
            "vector_flops": "8 TPC [ARCH] of an older generation at 0.6x the Gaudi 3 per-TPC rate (assumed)",
            "sram_bytes": "24 MB (assumed)",
            "host_link_bw": "PCIe 64 GB/s bidirectional [HC24] -> 32 GB/s per direction",
@@ -76,11 +77,11 @@ GAUDI = Card(
 
 GAUDI2 = Card(
     name="gaudi2", device_name="GAUDI2", title="Intel Gaudi 2",
-    mme_flops=_mme(432 * TERA, 0.25), vector_flops=_vec(24 * _PER_TPC_BF16),
+    mme_flops=_mme(432 * TERA, 0.25, fp8=865 * TERA), vector_flops=_vec(24 * _PER_TPC_BF16),
     hbm_bytes=96 * 2**30, hbm_bw=2.46e12, sram_bytes=48 * 2**20,
     host_link_bw=32 * GIGA, nic_bw=300 * GIGA, mme_units=2, tpc_units=24,
     recipe_launch_ns=20_000, kernel_ns=2_000,
-    notes={"mme_flops": "BF16 432 TFLOPS [HC24]; fp32 = 1/4 of bf16 (assumed)",
+    notes={"mme_flops": "BF16 432, FP8 865 TFLOPS [HC24]; fp32 = 1/4 of bf16 (assumed)",
            "vector_flops": "24 TPC [ARCH] x 0.448 TFLOPS (the Gaudi 3 per-TPC rate, assumed) = 10.8 TFLOPS bf16",
            "host_link_bw": "PCIe 64 GB/s bidirectional [HC24] -> 32 GB/s per direction",
            "nic_bw": "4.8 Tb/s bidirectional [HC24] -> 300 GB/s per direction",
@@ -88,11 +89,11 @@ GAUDI2 = Card(
 
 GAUDI3 = Card(
     name="gaudi3", device_name="GAUDI3", title="Intel Gaudi 3",
-    mme_flops=_mme(1835 * TERA, 0.25), vector_flops=_vec(28.7 * TERA),
+    mme_flops=_mme(1835 * TERA, 0.25, fp8=1835 * TERA), vector_flops=_vec(28.7 * TERA),
     hbm_bytes=128 * 2**30, hbm_bw=3.67e12, sram_bytes=96 * 2**20,
     host_link_bw=64 * GIGA, nic_bw=600 * GIGA, mme_units=8, tpc_units=64,
     recipe_launch_ns=15_000, kernel_ns=1_500,
-    notes={"mme_flops": "BF16 1835 TFLOPS [HC24]; fp32 = 1/4 of bf16 (assumed)",
+    notes={"mme_flops": "BF16 and FP8 1835 TFLOPS [HC24]; fp32 = 1/4 of bf16 (assumed)",
            "vector_flops": "BF16 vector 28.7 TFLOPS [HC24]",
            "host_link_bw": "PCIe Gen5 128 GB/s bidirectional [HC24] -> 64 GB/s per direction",
            "nic_bw": "9.6 Tb/s bidirectional [HC24] -> 600 GB/s per direction",
