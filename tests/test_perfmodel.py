@@ -74,6 +74,23 @@ def test_big_bf16_matmul_costs_its_flops_at_peak():
     assert ideal < ns < ideal / cost.EFFICIENCY["mme"] * 1.05 + 100_000
 
 
+def test_fp8_scaled_mm_multiplies_at_the_fp8_rate():
+    # hpu's _scaled_mm is fp8 operands cast to float32 and a float32 mm (scaled_mm.py); the MME
+    # converts on load, so the product costs FP8 FLOPs (Gaudi 2: 865 TFLOPS), not float32 ones
+    n = 4096
+    a = torch.empty(n, n, device=HPU).to(torch.float8_e4m3fn)
+    b = torch.empty(n, n, device=HPU).to(torch.float8_e4m3fn)
+    one = torch.ones((), device=HPU)
+    htcore.mark_step()
+    rep = pm.estimate_report(lambda: torch._scaled_mm(a, b.t(), scale_a=one, scale_b=one,
+                                                      out_dtype=torch.bfloat16), device="gaudi2")
+    mme = [k for summary, _ in rep.recipes for k in cost.kernels(summary, pm.card("gaudi2")) if k.engine == "MME"]
+    assert len(mme) == 1
+    fp8_ideal = 2 * n ** 3 / 865e12 * 1e9
+    assert fp8_ideal < mme[0].ns < fp8_ideal / cost.EFFICIENCY["mme"] * 1.05 + 10_000
+    assert rep.device_ns < pm.estimate(_matmul(n, torch.bfloat16), device="gaudi2")
+
+
 def test_faster_card_and_bf16_are_cheaper():
     f = _matmul(2048, torch.bfloat16)
     g1, g2, g3 = (pm.estimate(f, device=d) for d in ("gaudi", "gaudi2", "gaudi3"))

@@ -123,6 +123,26 @@ class Kernel:
     hbm_bytes: int
 
 
+def _mme_dtype(n, by_index) -> str:
+    """The dtype an MME node multiplies in: its own, unless both operands were cast up to it from a
+    narrower float type (the MME converts on load). torch._scaled_mm on hpu is fp8 operands cast to
+    float32 and a float32 mm (hpu_lab/scaled_mm.py): on a Gaudi that is one FP8 GEMM, at the FP8
+    rate, not a float32 one."""
+    own = n.dtype or "float32"
+
+    def source(i):
+        m = by_index.get(i)
+        while m is not None and (m.op in _FREE or m.op in _TRANSPOSES) and len(m.inputs) == 1:
+            m = by_index.get(m.inputs[0])
+        if m is None or not m.is_cast or not m.inputs or m.inputs[0] not in by_index:
+            return own
+        return by_index[m.inputs[0]].dtype or own
+    srcs = [source(i) for i in n.inputs[:2]]
+    if len(srcs) == 2 and all(d.startswith(("float", "bfloat")) and _itemsize(d) < _itemsize(own) for d in srcs):
+        return max(srcs, key=_itemsize)
+    return own
+
+
 def kernels(summary, card: Card, fusion: bool = True, eff: Optional[Dict[str, float]] = None):
     """The kernels of a recipe whose graph is ``summary`` (a GraphSummary), each with its cost."""
     e = dict(EFFICIENCY, **(eff or {}))
@@ -163,7 +183,7 @@ def kernels(summary, card: Card, fusion: bool = True, eff: Optional[Dict[str, fl
         if n.engine == "MME":
             fl = mme_flops(n.op, n.shape, n.in_shapes)
             by = sum(n.in_bytes) + n.out_bytes
-            t = max(fl / (card.mme_rate(n.dtype or "float32") * e["mme"]), by / bw)
+            t = max(fl / (card.mme_rate(_mme_dtype(n, by_index)) * e["mme"]), by / bw)
             out.append(Kernel(n.op, "MME", int(t * 1e9) + card.kernel_ns, fl, by))
         elif fusion and n.cluster >= 0:
             clusters.setdefault(n.cluster, []).append(n)
