@@ -17,6 +17,8 @@ from hpu_lab.examples import Net, train_step      # seed 000
 from hpu_lab.perfmodel import cost
 from hpu_lab.runtime import executor
 
+from helpers import stamped
+
 HPU = torch.device("hpu")
 
 
@@ -402,20 +404,10 @@ def _d2h_ns(r):
 def _two_stream_events(wait: bool):
     """A launch on stream 1, then (optionally) stream 0 waits for an event recorded on stream 1,
     then a launch on stream 0, 1 us of host CPU later. Stamped as the recorder would stamp them."""
-    es, cpu = [], 0
-
-    def add(e):
-        nonlocal cpu
-        cpu += 1_000
-        object.__setattr__(e, "cpu_ns", cpu)
-        object.__setattr__(e, "blocked_ns", 0)
-        es.append(e)
-    add(ev.Launch(0, 0, "host", 0, launch_id=1, key="side", stream=1))
-    if wait:
-        add(ev.StreamRecord(0, 0, "host", 0, marker=7, stream=1))
-        add(ev.StreamWait(0, 0, "host", 0, marker=7, stream=0))
-    add(ev.Launch(0, 0, "host", 0, launch_id=2, key="main", stream=0))
-    return es
+    marks = [ev.StreamRecord(0, 0, "host", 0, marker=7, stream=1),
+             ev.StreamWait(0, 0, "host", 0, marker=7, stream=0)] if wait else []
+    return stamped(ev.Launch(0, 0, "host", 0, launch_id=1, key="side", stream=1), *marks,
+                   ev.Launch(0, 0, "host", 0, launch_id=2, key="main", stream=0))
 
 
 def test_a_stream_waiting_for_an_event_starts_after_the_recorded_work():

@@ -7,6 +7,8 @@ import hpu_lab.core as htcore
 from hpu_lab import events as ev
 from hpu_lab import perfmodel as pm
 
+from helpers import stamped
+
 HPU = torch.device("hpu")
 
 
@@ -47,17 +49,8 @@ def test_a_read_across_streams_is_recorded_on_the_launch():
 def _two_streams(waits_for):
     """A launch on stream 1, then, 1 us of host CPU later, a launch on stream 0 (each lasts a recipe's
     launch latency: longer than 1 us on every card); stamped as the recorder stamps them."""
-    es, cpu = [], 0
-
-    def add(e):
-        nonlocal cpu
-        cpu += 1_000
-        object.__setattr__(e, "cpu_ns", cpu)
-        object.__setattr__(e, "blocked_ns", 0)
-        es.append(e)
-    add(ev.Launch(0, 0, "host", 0, launch_id=1, key="side", stream=1))
-    add(ev.Launch(0, 0, "host", 0, launch_id=2, key="main", stream=0, waits_for=waits_for))
-    return es
+    return stamped(ev.Launch(0, 0, "host", 0, launch_id=1, key="side", stream=1),
+                   ev.Launch(0, 0, "host", 0, launch_id=2, key="main", stream=0, waits_for=waits_for))
 
 
 def test_implicit_cross_stream_wait_is_on_the_gaudi_clock():
