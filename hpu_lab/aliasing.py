@@ -11,15 +11,28 @@ Found by the random-program test (tests/fuzz_programs.py, seed 482).
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from .tensor import HPUTensor
 
-_SHARES: dict = {}       # (geometry of a, geometry of b) -> whether they share an element
-
 
 def _span(size, stride, offset):
     return offset, offset + sum((s - 1) * st for s, st in zip(size, stride) if s > 0)
+
+
+@functools.lru_cache(maxsize=4096)
+def _geometries_share(ga, gb) -> bool:
+    """Whether two (size, stride, offset) views of one storage share an element."""
+    (lo_a, hi_a), (lo_b, hi_b) = _span(*ga), _span(*gb)
+    if hi_a < lo_b or hi_b < lo_a:
+        return False
+    n = max(hi_a, hi_b) + 1                    # e.g. two columns of one matrix: ranges meet, elements not
+    idx = torch.arange(n)
+    mark = torch.zeros(n, dtype=torch.bool)
+    mark[idx.as_strided(*ga).reshape(-1)] = True
+    return bool(mark[idx.as_strided(*gb).reshape(-1)].any())
 
 
 def shares_elements(a, b) -> bool:
@@ -28,24 +41,7 @@ def shares_elements(a, b) -> bool:
     if a._st is not b._st or 0 in a._size or 0 in b._size:
         return False
     ga, gb = (a._size, a._stride, a._offset), (b._size, b._stride, b._offset)
-    if ga == gb:
-        return False
-    key = (ga, gb)
-    hit = _SHARES.get(key)
-    if hit is None:
-        (lo_a, hi_a), (lo_b, hi_b) = _span(*ga), _span(*gb)
-        if hi_a < lo_b or hi_b < lo_a:
-            hit = False
-        else:                                  # e.g. two columns of one matrix: ranges meet, elements not
-            n = max(hi_a, hi_b) + 1
-            idx = torch.arange(n)
-            mark = torch.zeros(n, dtype=torch.bool)
-            mark[idx.as_strided(*ga).reshape(-1)] = True
-            hit = bool(mark[idx.as_strided(*gb).reshape(-1)].any())
-        if len(_SHARES) > 4096:
-            _SHARES.clear()
-        _SHARES[key] = hit
-    return hit
+    return ga != gb and _geometries_share(ga, gb)
 
 
 def aliased_args(target, args, kwargs, skip):
