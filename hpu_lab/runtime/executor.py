@@ -162,8 +162,7 @@ def check_outputs(recipe, outputs, srcs=None):
             continue
         t = outputs[k]
         size, live, dtype, _ = w
-        if (type(t) is not torch.Tensor and not isinstance(t, torch.Tensor)) or t.dtype is not dtype \
-                or t.shape != size:
+        if not isinstance(t, torch.Tensor) or t.dtype is not dtype or t.shape != size:
             _mismatch(recipe, k, t, w, srcs)
         if live:
             st = t.stride()
