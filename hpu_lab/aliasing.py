@@ -8,6 +8,11 @@ The lazy path computes in-place ops functionally (every read before any write), 
 result silently. So such an op becomes one node that runs CPU's kernel on views of a copy of the
 storage (graph.InplaceOnAliases), and CPU's overlap check runs at the op, as on CPU.
 Found by the random-program test (tests/fuzz_programs.py, seed 482).
+
+Ops writing several tensors (foreach lists, optimizers) are the same story one level up: CPU applies
+them tensor after tensor, so a tensor written first is read (or written again) afterwards, and the
+functional form gave another answer (``_foreach_add_([a, a], [b, b])`` added b once). Those become
+one node running CPU's kernel on copies of the written storages (graph.InplaceOnStorages).
 """
 from __future__ import annotations
 
@@ -88,6 +93,82 @@ def check_like_cpu(func, args, kwargs, keys, target_key, extent):
 
     cargs = [dummy(a, i) for i, a in enumerate(args)]
     ckw = {k: dummy(a, k) for k, a in kwargs.items()}
+    try:
+        func(*cargs, **ckw)
+    except Exception as e:
+        raise type(e)(str(e)) from None
+
+
+def tensor_slots(args, kwargs):
+    """(path, tensor) of every hpu tensor among the args: path (i,) for an arg, (i, j) for element j
+    of a list arg; i is a position or a keyword."""
+    out = []
+    for key, a in list(enumerate(args)) + list(kwargs.items()):
+        if isinstance(a, HPUTensor):
+            out.append(((key,), a))
+        elif isinstance(a, (list, tuple)):
+            for j, x in enumerate(a):
+                if isinstance(x, HPUTensor):
+                    out.append(((key, j), x))
+    return out
+
+
+def _geo(t):
+    return (t._size, t._stride, t._offset)
+
+
+def writes_over_reads(slots, written) -> bool:
+    """Whether an op writing the args ``written`` (positions) of several tensors (a foreach list,
+    an optimizer's params and state) writes memory that another of its tensors reads or writes.
+    CPU applies such an op tensor after tensor (``_foreach_add_([a, a], [b, b])`` adds b twice), so
+    the functional form, all reads before all writes, would differ. What is not overlap: tensors on
+    one storage that share no element (params sliced from one flat buffer), and a tensor read at its
+    own list index in the very view written there (``_foreach_mul_(xs, xs)``: elementwise)."""
+    by_st: dict = {}
+    for path, t in slots:
+        if 0 not in t._size:
+            by_st.setdefault(id(t._st), []).append((path, t))
+    for group in by_st.values():
+        if len(group) < 2:
+            continue
+        for a in range(len(group)):
+            pa, ta = group[a]
+            wa = pa[0] in written
+            for b in range(a + 1, len(group)):
+                pb, tb = group[b]
+                wb = pb[0] in written
+                if not (wa or wb):
+                    continue
+                ga, gb = _geo(ta), _geo(tb)
+                if not (wa and wb) and ga == gb and len(pa) == len(pb) == 2 and pa[1] == pb[1]:
+                    continue        # read where written, element by element
+                if ga == gb or _geometries_share(ga, gb):
+                    return True
+    return False
+
+
+def check_storages_like_cpu(func, args, kwargs, placed, extents):
+    """``check_like_cpu`` for an op over several storages: the tensors ``placed`` ({path: (storage
+    index, size, stride, offset)}) are views of one buffer of zeros per storage, other hpu tensors
+    zeros, so that CPU's checks (its overlap refusal per tensor, dtypes, shapes) decide at the op."""
+    bufs = [torch.zeros(n, dtype=dt) for n, dt in extents]
+
+    def dummy(a, path):
+        p = placed.get(path)
+        if p is not None:
+            k, size, stride, offset = p
+            return bufs[k].as_strided(size, stride, offset)
+        if isinstance(a, HPUTensor):
+            return torch.zeros(a._size, dtype=a.dtype)
+        return a
+
+    def arg(key, a):
+        if isinstance(a, (list, tuple)) and not isinstance(a, HPUTensor):
+            return type(a)(dummy(x, (key, j)) for j, x in enumerate(a))
+        return dummy(a, (key,))
+
+    cargs = [arg(i, a) for i, a in enumerate(args)]
+    ckw = {k: arg(k, a) for k, a in kwargs.items()}
     try:
         func(*cargs, **ckw)
     except Exception as e:

@@ -111,6 +111,46 @@ class InplaceOnAliases:
         return (InplaceOnAliases, (self.op, self.views, self.size, self.stride))
 
 
+class InplaceOnStorages:
+    """An in-place op writing several tensors (a foreach list, an optimizer's params and state),
+    some sharing memory with others it reads or writes (aliasing.writes_over_reads): CPU's kernel
+    runs on views of copies of the written storages, so it applies tensor after tensor as on CPU.
+    Called with the storages' values first, then the op's args with ``None`` where a view goes;
+    returns the storages' new values, in order."""
+    __slots__ = ("op", "layouts", "views", "__name__")
+
+    def __init__(self, op, layouts, views):
+        # layouts: ((size, stride), ...) per storage; views: ((path, storage index, size, stride,
+        # offset), ...) with path (key,) or (key, list index), key a position or a keyword
+        self.op, self.layouts, self.views = op, layouts, views
+        self.__name__ = f"{op._schema.name.split('::')[1]}_on_storages"
+
+    def __call__(self, *args, **kwargs):
+        n = len(self.layouts)
+        outs = [restride(v, size, stride) for v, (size, stride) in zip(args[:n], self.layouts)]
+        args = [list(a) if isinstance(a, (list, tuple)) else a for a in args[n:]]
+        kwargs = {k: list(a) if isinstance(a, (list, tuple)) else a for k, a in kwargs.items()}
+        for path, k, size, stride, offset in self.views:
+            holder = args if type(path[0]) is int else kwargs
+            v = outs[k].as_strided(size, stride, offset)
+            if len(path) == 1:
+                holder[path[0]] = v
+            else:
+                holder[path[0]][path[1]] = v
+        self.op(*args, **kwargs)
+        return tuple(outs)
+
+    def __eq__(self, other):
+        return type(other) is InplaceOnStorages and (other.op, other.layouts, other.views) == \
+            (self.op, self.layouts, self.views)
+
+    def __hash__(self):
+        return hash((self.op, self.layouts, self.views))
+
+    def __reduce__(self):
+        return (InplaceOnStorages, (self.op, self.layouts, self.views))
+
+
 class CastTo:
     """A functional twin whose result must be cast back to the in-place target's dtype."""
     __slots__ = ("op", "dtype", "__name__")

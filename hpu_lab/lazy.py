@@ -21,7 +21,8 @@ from .capture import GraphCapture
 from .compiler import find
 from .compiler.recipe import GraphKey
 from . import aliasing
-from .graph import PendingGraph, ref_sig, op_key, view, scatter, restride, InplaceOnClone, CastTo, InplaceOnAliases
+from .graph import PendingGraph, ref_sig, op_key, view, scatter, restride, InplaceOnClone, CastTo, InplaceOnAliases, \
+    InplaceOnStorages
 from .runtime import executor
 from .runtime.launch import launch_recipe
 from .tensor import HPUTensor, Inp, Out, contiguous_strides, new_storage_tensor, storage_extent
@@ -477,6 +478,10 @@ def inplace_op(func, args, kwargs, info):
         keys = aliasing.aliased_args(targets[0], args, kwargs, written[0])
         if keys:
             return inplace_on_aliases(func, args, kwargs, written[0], keys)
+    else:       # a list written (foreach, optimizers) or several args: tensor after tensor on CPU
+        slots = aliasing.tensor_slots(args, kwargs)
+        if aliasing.writes_over_reads(slots, written):
+            return inplace_on_storages(func, args, kwargs, targets, slots)
     pg = S.pg
     refs, mkeys = [], []
     nargs, sargs = [], []
@@ -526,12 +531,21 @@ def inplace_op(func, args, kwargs, info):
     # decomposition, which the lazy path never runs: bump it here, so autograd still refuses a
     # backward through a tensor modified in place. Ops with an ADInplaceOrView kernel were bumped
     # by it already, above the device, as on CPU: a second bump would make _version differ from CPU
-    if not ops.bumped_above(func):
+    if ops.bump_on_device(func):
         torch._C._increment_version(flat_targets)
     after_op(func)
-    if func._schema.returns:
+    return _returned(func, args, targets)
+
+
+def _returned(func, args, targets):
+    """What an in-place op returns: the written args its schema's returns alias (``_amp_update_scale_``
+    writes self and growth_tracker and returns self alone), in the schema's order."""
+    which = ops.returned_args(func)
+    if which is None:
         return targets[0] if len(targets) == 1 else tuple(targets)
-    return None
+    if len(which) == 1:
+        return args[which[0]]
+    return tuple(args[i] for i in which) if which else None
 
 
 _ON_ALIASES: dict = {}     # one node op per (op, views, storage layout): op keys are cached by id
@@ -580,9 +594,86 @@ def inplace_on_aliases(func, args, kwargs, w, keys):
     st.value = r
     pg.track(st)
     t._rc = None
-    torch._C._increment_version([t])
+    if ops.bump_on_device(func):        # as inplace_op (add_ was bumped above the device)
+        torch._C._increment_version([t])
     after_op(func)
     return t if func._schema.returns else None
+
+
+def inplace_on_storages(func, args, kwargs, targets, slots):
+    """An in-place op writing several tensors, some over memory another of its tensors reads or
+    writes (aliasing.writes_over_reads): CPU's checks decide now; then one node runs CPU's kernel,
+    which applies it tensor after tensor, on views of copies of the written storages, and those
+    storages take its results."""
+    flat = [x for t in targets for x in (t if isinstance(t, (list, tuple)) else [t])]
+    stores, index = [], {}
+    for t in flat:
+        if id(t._st) not in index:
+            index[id(t._st)] = len(stores)
+            stores.append(t._st)
+    placed = {}
+    for path, t in slots:
+        k = index.get(id(t._st))
+        if k is not None:
+            placed[path] = (k, t._size, t._stride, t._offset)
+    layouts = tuple((st.size, st.stride) for st in stores)
+    views = tuple((path,) + p for path, p in placed.items())
+    ok = (op_key(func), layouts, views)
+    op = _ON_ALIASES.get(ok)
+    if op is None:
+        op = _ON_ALIASES[ok] = InplaceOnStorages(func, layouts, views)
+    verdict = (ok, aliasing.describe(args), aliasing.describe(tuple(kwargs.items())))
+    if verdict not in _CPU_AGREES:
+        aliasing.check_storages_like_cpu(func, args, kwargs, placed,
+                                         [(storage_extent(st.size, st.stride), st.dtype) for st in stores])
+        if len(_CPU_AGREES) > 4096:
+            _CPU_AGREES.clear()
+        _CPU_AGREES.add(verdict)
+    name = ops.op_name(func)
+    for t in flat:
+        if _trace is not None:
+            _trace[0](t)
+        if S.capture is not None and not _full(t):
+            S.capture.refuse_view_write(t, name, _src())
+    pg = S.pg
+    refs, mkeys, nargs, sargs = [], [], [], []
+    for st in stores:
+        base = st.value
+        if S.capture is not None and type(base) is Inp:
+            S.capture.saw(base, st)
+        refs.append(base)
+        nargs.append(base)
+        sargs.append(ref_sig(pg, base))
+
+    def walk(key, a):
+        if (key,) in placed:
+            return None, None
+        if isinstance(a, (list, tuple)) and not isinstance(a, HPUTensor):
+            parts = [(None, None) if (key, j) in placed else _walk(x, pg, refs, mkeys) for j, x in enumerate(a)]
+            return type(a)(p[0] for p in parts), tuple(p[1] for p in parts)
+        return _walk(a, pg, refs, mkeys)
+
+    for i, a in enumerate(args):
+        na, sg = walk(i, a)
+        nargs.append(na)
+        sargs.append(sg)
+    nkw, skw = {}, []
+    for k, v in kwargs.items():
+        na, sg = walk(k, v)
+        nkw[k] = na
+        skw.append((k, sg))
+    outs = pg.add(op, tuple(nargs), nkw, [(st.size, st.stride, st.dtype) for st in stores],
+                  tuple((k,) for k in range(len(stores))), tuple(sargs), tuple(skw), tuple(refs),
+                  _op_src(func), "on_storages:" + repr(ok))
+    for st, r in zip(stores, outs):
+        st.value = r
+        pg.track(st)
+    for t in flat:
+        t._rc = None
+    if ops.bump_on_device(func):      # as inplace_op
+        torch._C._increment_version(flat)
+    after_op(func)
+    return _returned(func, args, targets)
 
 
 # ---------------------------------------------------------------- flush: pending graph -> launch

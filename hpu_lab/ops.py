@@ -91,6 +91,30 @@ def inplace_info(func):
     return info
 
 
+_RETURNED: dict = {}
+
+
+def returned_args(func):
+    """For an op writing its inputs: the positions of the args its returns alias, one per return
+    (``add_`` -> (0,), ``_foreach_add_`` -> ()), or None if a return aliases no positional arg."""
+    try:
+        return _RETURNED[func]
+    except KeyError:
+        pass
+    schema = func._schema
+    which = []
+    for r in schema.returns:
+        sets = r.alias_info.before_set if r.alias_info is not None else None
+        hit = [i for i, a in enumerate(schema.arguments) if sets and a.alias_info is not None
+               and a.alias_info.before_set == sets and not a.kwarg_only]
+        if len(hit) != 1:
+            which = None
+            break
+        which.append(hit[0])
+    _RETURNED[func] = r = tuple(which) if which is not None else None
+    return r
+
+
 _BUMPED: dict = {}
 
 
@@ -102,6 +126,19 @@ def bumped_above(func) -> bool:
         v = _BUMPED[func] = isinstance(func, torch._ops.OpOverload) and \
             torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "ADInplaceOrView")
     return v
+
+
+# CPU kernels that write their inputs in native code, calling no in-place op: nothing bumps the
+# version of what they write (a fused optimizer step leaves params at the version they had)
+_UNBUMPED = {"aten::_fused_adam_", "aten::_fused_adamw_", "aten::_fused_sgd_", "aten::_fused_adagrad_",
+             "aten::_amp_foreach_non_finite_check_and_unscale_"}
+
+
+def bump_on_device(func) -> bool:
+    """Whether the lazy path must bump the version of what ``func`` writes, as CPU's kernel does:
+    foreach ops (their kernel runs ``add_`` per tensor) and custom ops, not the ops bumped above
+    the device (``bumped_above``) nor the native kernels of ``_UNBUMPED``."""
+    return not bumped_above(func) and op_name(func) not in _UNBUMPED
 
 
 def _arg_types(schema):
