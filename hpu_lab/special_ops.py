@@ -18,6 +18,9 @@ aten = torch.ops.aten
 def copy_(func, args, kwargs):
     dst, src_t = args[0], args[1]
     non_blocking = kwargs.get("non_blocking", args[2] if len(args) > 2 else False)
+    if dst._is_zerotensor():   # as CPU's copy_, which checks this first (zerotensor.py)
+        raise RuntimeError("ZeroTensors are immutable. Please materialize the tensor using `.clone()`, "
+                           "if you want a mutable zero tensor.")
     if src_t is dst:          # as CPU's copy_: a tensor copied onto itself is left alone, even expanded
         return dst
     if isinstance(dst, HPUTensor):
@@ -62,6 +65,10 @@ def to_copy(func, args, kwargs):
         if kwargs.get("pin_memory"):
             out = out.pin_memory()          # hpu_lab/pinned.py
         return out
+    if dev is not None and torch.device(dev).type == "meta":
+        # to the meta device: no values move, a meta tensor laid out as CPU's _to_copy lays it out
+        # (torch's own ZeroTensor kernels take shapes this way: mul of an hpu zero tensor)
+        return func(ops.meta_tensor(x._size, x._stride, x.dtype), *args[1:], **kwargs)
     return lazy_op(func, args, kwargs)
 
 
@@ -193,7 +200,15 @@ def out_variant(func, args, kwargs):
     raise NotImplementedError(f"{ops.op_name(func)} with out= is not supported on hpu")
 
 
+def composite(func, args, kwargs):
+    """An op torch decomposes above the device (``Tensor.to``) that reaches it anyway: torch's
+    ZeroTensor layer passes ``to`` through whole (zerotensor.py). Its own decomposition, as on CPU:
+    ``to`` returns the tensor itself when nothing changes, else a ``_to_copy``."""
+    return func.decompose(*args, **kwargs)
+
+
 HANDLERS = {    # the router's special-op table starts as this (route.py owns it)
+    **{getattr(aten.to, o): composite for o in aten.to.overloads()},
     aten._batch_norm_with_update.default: batch_norm_with_update,
     aten._native_batch_norm_legit.default: native_batch_norm_legit,
     aten.native_layer_norm.default: native_layer_norm,

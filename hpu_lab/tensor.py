@@ -99,10 +99,11 @@ class HPUTensor(torch.Tensor):
     __slots__ = ("_st", "_size", "_stride", "_offset", "_rc")
 
     @staticmethod
-    def __new__(cls, st: Storage, size, stride, offset, dtype, requires_grad=False):
+    def __new__(cls, st: Storage, size, stride, offset, dtype, requires_grad=False, zero=False):
+        # zero: torch's ZeroTensor key (an immutable known zero, zerotensor.py), above Python's key
         r = torch.Tensor._make_wrapper_subclass(
             cls, size, strides=stride, storage_offset=offset, dtype=dtype, device=HPU,
-            requires_grad=requires_grad)
+            requires_grad=requires_grad, _extra_dispatch_keys=_ZERO_KEYS if zero else None)
         r._st = st
         r._size, r._stride, r._offset = size, stride, offset
         r._rc = None      # read cache: (storage value, ref) for views
@@ -150,6 +151,7 @@ class HPUTensor(torch.Tensor):
 
 
 _EMPTY: dict = {}
+_ZERO_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.ZeroTensor)
 _dispatch = None       # set by hpu_lab.lazy: the active mode's dispatch function
 _to_cpu = None         # set by hpu_lab.lazy
 _set_reason = None     # set by hpu_lab.lazy

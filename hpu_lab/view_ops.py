@@ -38,10 +38,11 @@ def view_op(func, args, kwargs):
 
     metas, single = ops.cached_meta(tuple(mkey), compute)
     outs = []
+    zero = x._is_zerotensor()       # a view of torch's zero tensor is one too, as on CPU
     for size, stride, off, dtype in metas:
         if dtype != st.dtype:
             raise NotImplementedError(f"{ops.op_name(func)}: dtype-reinterpreting views are not supported on hpu")
-        outs.append(HPUTensor(st, size, stride, off, dtype))
+        outs.append(HPUTensor(st, size, stride, off, dtype, zero=zero))
     return outs[0] if single else type(metas)(outs) if False else outs
 
 

@@ -1,23 +1,27 @@
-"""``_efficientzerotensor`` on hpu: torch's zero tensor, as a zeros node of the graph.
+"""``_efficientzerotensor`` on hpu: torch's zero tensor, an immutable known zero, as on CPU.
 
 Backward formulas whose gradient is identically zero (``sgn`` of a real input, some complex and
 linear-algebra formulas) return ``at::_efficientzerotensor``: on CPU a tensor with the ZeroTensor
-dispatch key, whose values are zeros (it owns a zeroed buffer) and which the ZeroTensor fallback
-treats as a known zero. The hpu device had no kernel for it, so those backwards raised "Could not
-run 'aten::_efficientzerotensor' with arguments from the 'hpu' backend". Here it is ``zeros`` of
-the same size and dtype, contiguous as CPU's: the same values, so the same gradients. (An hpu
-tensor cannot carry the ZeroTensor key, a flag torch sets only in C++: ``_is_zerotensor()`` is False
-and an in-place write to it, which CPU refuses as "ZeroTensors are immutable", succeeds.)
+dispatch key, whose values are zeros and which torch treats as a known zero: ``mul`` by it gives
+another zero tensor, any other op sees zeros, and an in-place write to it is refused ("ZeroTensors
+are immutable"), e.g. ``x.grad.add_(1)`` after ``sgn(x).sum().backward()``. On hpu it is a zeros node
+of the graph (the same values, contiguous as CPU's) whose wrapper carries the same ZeroTensor key:
+torch's own ZeroTensor layer, which runs above the "hpu" device, then does exactly what it does on
+CPU. The few ops that layer passes through to the device keep the key where CPU's do: views of a
+zero tensor are zero tensors (view_ops.py), and ``copy_`` into one is refused (special_ops.py).
 """
 from __future__ import annotations
 
 import torch
 
+from .tensor import HPUTensor
+
 _lib = None
 
 
 def _efficientzerotensor(size, *, dtype=None, layout=None, device=None, pin_memory=None):
-    return torch.zeros(size, dtype=dtype or torch.get_default_dtype(), device="hpu")
+    z = torch.zeros(size, dtype=dtype or torch.get_default_dtype(), device="hpu")
+    return HPUTensor(z._st, z._size, z._stride, z._offset, z.dtype, zero=True)
 
 
 def install() -> None:
