@@ -12,89 +12,90 @@ import torch as _torch
 
 # Each full collection of the cyclic garbage collector that hpu_lab's own allocations trigger during
 # this import would walk every object torch made (~0.1 s of the import's 0.14 s of CPU here). They
-# are frozen meanwhile (alive, just not scanned) and unfrozen at the end of the import; a process
-# that froze objects itself is left as it was. (A failed import leaves them frozen: nothing is freed
-# wrongly, old cycles just wait.)
+# are frozen meanwhile (alive, just not scanned) and unfrozen at the end of the import, failed or
+# not; a process that froze objects itself is left as it was.
 _gc_frozen_here = _gc.get_freeze_count() == 0
 if _gc_frozen_here:
     _gc.freeze()
 
-# First of all: "hpu" must name PrivateUse1 before any torch.device("hpu") is made (torch also
-# knows a built-in HPU device type, for Intel's own C++ bridge; hpu_lab is the Python one).
-if _torch._C._get_privateuse1_backend_name() != "hpu":
-    _torch.utils.rename_privateuse1_backend("hpu")
+try:
+    # First of all: "hpu" must name PrivateUse1 before any torch.device("hpu") is made (torch also
+    # knows a built-in HPU device type, for Intel's own C++ bridge; hpu_lab is the Python one).
+    if _torch._C._get_privateuse1_backend_name() != "hpu":
+        _torch.utils.rename_privateuse1_backend("hpu")
 
-from . import config, events, metrics  # noqa: F401
+    from . import config, events, metrics  # noqa: F401
 
-config.validate_all()   # every setting is read now, as the bridge reads its flags at init: a
-                        # malformed one is refused here, naming it, not where its feature first runs
-from . import device as _device
-from . import lazy as _lazy
+    config.validate_all()   # every setting is read now, as the bridge reads its flags at init: a
+                            # malformed one is refused here, naming it, not where its feature first runs
+    from . import device as _device
+    from . import lazy as _lazy
 
-_device.register()
-_lazy.S.reload()
+    _device.register()
+    _lazy.S.reload()
 
-from . import core, hpu  # noqa: E402,F401
-from . import amp as _amp  # noqa: E402
+    from . import core, hpu  # noqa: E402,F401
+    from . import amp as _amp  # noqa: E402
 
-_amp.install()      # torch.autocast("hpu"): fallthrough, bf16 default, the op lists
-from . import route as _route  # noqa: E402
+    _amp.install()      # torch.autocast("hpu"): fallthrough, bf16 default, the op lists
+    from . import route as _route  # noqa: E402
 
-_route.install_fallback()  # ops/dtypes that do not run on HPU go to the CPU (seed 003)
-from . import compile_backend as _compile_backend  # noqa: E402
+    _route.install_fallback()  # ops/dtypes that do not run on HPU go to the CPU (seed 003)
+    from . import compile_backend as _compile_backend  # noqa: E402
 
-_compile_backend.install()  # torch.compile(backend="hpu_backend"), registered when dynamo loads
-from . import module_apply as _module_apply  # noqa: E402
+    _compile_backend.install()  # torch.compile(backend="hpu_backend"), registered when dynamo loads
+    from . import module_apply as _module_apply  # noqa: E402
 
-_module_apply.install()     # Module.to("hpu") keeps shared parameters shared (claim M12)
-from . import pinned as _pinned  # noqa: E402
+    _module_apply.install()     # Module.to("hpu") keeps shared parameters shared (claim M12)
+    from . import pinned as _pinned  # noqa: E402
 
-_pinned.install()           # tensor.pin_memory() / is_pinned() for the hpu device (pinned.py)
-from . import sdpa as _sdpa  # noqa: E402
+    _pinned.install()           # tensor.pin_memory() / is_pinned() for the hpu device (pinned.py)
+    from . import sdpa as _sdpa  # noqa: E402
 
-_sdpa.install()             # F.scaled_dot_product_attention: one node, CPU's kernel
-from . import linear_ce as _linear_ce  # noqa: E402
+    _sdpa.install()             # F.scaled_dot_product_attention: one node, CPU's kernel
+    from . import linear_ce as _linear_ce  # noqa: E402
 
-_linear_ce.install()        # F.linear_cross_entropy(options=...): the chunked op with CPU's picks
-from . import lstsq as _lstsq  # noqa: E402
+    _linear_ce.install()        # F.linear_cross_entropy(options=...): the chunked op with CPU's picks
+    from . import lstsq as _lstsq  # noqa: E402
 
-_lstsq.install()            # linalg.lstsq: the solution in CPU's column-major layout
-from . import zerotensor as _zerotensor  # noqa: E402
+    _lstsq.install()            # linalg.lstsq: the solution in CPU's column-major layout
+    from . import zerotensor as _zerotensor  # noqa: E402
 
-_zerotensor.install()       # _efficientzerotensor (zero gradients of sgn & co.): a zeros node
-from . import torch_profiler as _torch_profiler  # noqa: E402
+    _zerotensor.install()       # _efficientzerotensor (zero gradients of sgn & co.): a zeros node
+    from . import torch_profiler as _torch_profiler  # noqa: E402
 
-_torch_profiler.install()   # torch.profiler traces show the emulated HPU (torch_profiler.py)
-from . import formulas as _formulas  # noqa: E402
+    _torch_profiler.install()   # torch.profiler traces show the emulated HPU (torch_profiler.py)
+    from . import formulas as _formulas  # noqa: E402
 
-_formulas.install()         # prod's backward: the formula CPU picks
-from . import distributed as _distributed  # noqa: E402,F401  # init_process_group("hccl") (REFERENCE 7)
+    _formulas.install()         # prod's backward: the formula CPU picks
+    from . import distributed as _distributed  # noqa: E402,F401  # init_process_group("hccl") (REFERENCE 7)
 
-from . import _disk_hooks  # noqa: E402
+    from . import _disk_hooks  # noqa: E402
 
-from .compiler import find as _find  # noqa: E402
-_find.add_lookup(_disk_hooks.lookup)      # recipes shared across processes (seed 003)
-_find.on_compile(_disk_hooks.store)
+    from .compiler import find as _find  # noqa: E402
+    _find.add_lookup(_disk_hooks.lookup)      # recipes shared across processes (seed 003)
+    _find.on_compile(_disk_hooks.store)
 
-from .tensor import HPUTensor  # noqa: E402,F401
-from . import custom_ops  # noqa: E402,F401  # torch.ops.hpu.* (the bridge's custom ops; issue 16)
-from . import meta_fixes  # noqa: E402,F401  # Meta kernels corrected to the CPU's shapes (issue 16)
-from . import backward_errors as _backward_errors  # noqa: E402
+    from .tensor import HPUTensor  # noqa: E402,F401
+    from . import custom_ops  # noqa: E402,F401  # torch.ops.hpu.* (the bridge's custom ops; issue 16)
+    from . import meta_fixes  # noqa: E402,F401  # Meta kernels corrected to the CPU's shapes (issue 16)
+    from . import backward_errors as _backward_errors  # noqa: E402
 
-from . import native_ops as _native_ops  # noqa: E402
-from . import quant_ops as _quant_ops  # noqa: E402
-from . import scaled_mm as _scaled_mm  # noqa: E402
+    from . import native_ops as _native_ops  # noqa: E402
+    from . import quant_ops as _quant_ops  # noqa: E402
+    from . import scaled_mm as _scaled_mm  # noqa: E402
 
-_native_ops.install()       # convolution_overrideable: the backend's own aten ops (issue 16)
-_scaled_mm.install()        # torch._scaled_mm as Gaudi's fp8_gemm: any layout, scale_result multiplies (issue 16)
-_quant_ops.install()        # quantized_decomposed ops as Gaudi's kernels compute them (fp8 unrounded; issue 16)
-_backward_errors.install()  # an hpu op's error inside backward() is raised, not a process abort (issue 16)
+    _native_ops.install()       # convolution_overrideable: the backend's own aten ops (issue 16)
+    _scaled_mm.install()        # torch._scaled_mm as Gaudi's fp8_gemm: any layout, scale_result multiplies (issue 16)
+    _quant_ops.install()        # quantized_decomposed ops as Gaudi's kernels compute them (fp8 unrounded; issue 16)
+    _backward_errors.install()  # an hpu op's error inside backward() is raised, not a process abort (issue 16)
 
-__version__ = "0.1.0"
+    __version__ = "0.1.0"
 
-from . import warmup as _warmup  # noqa: E402
+    from . import warmup as _warmup  # noqa: E402
+finally:
+    if _gc_frozen_here:     # a failed import too: the collector is back as it was
+        _gc.unfreeze()
 
-if _gc_frozen_here:
-    _gc.unfreeze()
 
 _warmup.start()     # torch's modules the first op needs, imported in the background (warmup.py)

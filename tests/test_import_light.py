@@ -88,3 +88,26 @@ def test_a_recording_starts_after_the_warm_up():
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
+
+
+def test_a_failed_import_leaves_the_garbage_collector_unfrozen():
+    """The import freezes the collector's objects meanwhile (hpu_lab/__init__.py); an import that
+    fails part-way (here: a malformed setting, refused at import) unfreezes them all the same, and a
+    process that froze objects itself keeps its own freeze."""
+    code = ("import gc, json, sys\n"
+            "out = []\n"
+            "for pre in (False, True):\n"
+            "    if pre:\n"
+            "        gc.freeze()\n"
+            "    try:\n"
+            "        import hpu_lab\n"
+            "    except Exception as e:\n"
+            "        out.append([type(e).__name__, gc.get_freeze_count() > 0 if pre else gc.get_freeze_count() == 0])\n"
+            "    for m in [m for m in sys.modules if m == 'hpu_lab' or m.startswith('hpu_lab.')]:\n"
+            "        del sys.modules[m]\n"
+            "print(json.dumps(out))\n")
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               PT_HPU_LAZY_MODE="banana")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == [["ConfigError", True], ["ConfigError", True]]
