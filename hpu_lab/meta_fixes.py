@@ -30,6 +30,8 @@ correction here is the CPU kernel's rule, checked against it by tests/test_meta_
   on an "hpu" FakeTensor contiguous on purpose (``torch._refs.is_noncontiguous_supported`` is False
   for device type "hpu", Intel's bridge), so under torch.compile a relu after a channels-last conv
   is contiguous, as with the real bridge.
+- ``native_layer_norm``: CPU's statistics are in the input's dtype (float32 only for a bfloat16 or
+  float16 input with float32 parameters); torch's Meta kernel says float32 for any reduced precision.
 - ``nansum`` with an empty ``dim`` (``nanmean(x, dim=())`` calls it so): CPU's kernel reduces over all
   dimensions, as ``sum`` does; torch's Meta kernel reduced over none and said the input's shape. The
   CPU's one-element result was then broadcast into a tensor of the input's shape: a silent wrong
@@ -251,6 +253,21 @@ for _op, _training in ((torch.ops.aten._batch_norm_with_update.default, True),
                        (torch.ops.aten._batch_norm_with_update_functional.default, True),
                        (torch.ops.aten._batch_norm_no_update.default, False)):
     _lib.impl(_op, _update_stats_like_cpu(_op, _training), "Meta")
+
+
+def _native_layer_norm(x, normalized_shape, weight, bias, eps):
+    """``native_layer_norm``'s Meta kernel with CPU's statistics dtype: the input's, or float32 when
+    a reduced-precision input meets float32 parameters (CPU's ``param_scalar_type``); torch's says
+    float32 for every bfloat16/float16 input. The hpu op's statistics were predicted float32 and the
+    kernel returned bfloat16: the executor refused it (Intel's test_hpu_layer_norm, 7 tests)."""
+    out, mean, rstd = torch._refs.native_layer_norm(x, normalized_shape, weight, bias, eps)
+    params = [p for p in (weight, bias) if isinstance(p, torch.Tensor)]
+    mixed = x.dtype in (torch.bfloat16, torch.float16) and any(p.dtype == torch.float32 for p in params)
+    dtype = torch.float32 if mixed else x.dtype
+    return out, mean.new_empty(mean.shape, dtype=dtype), rstd.new_empty(rstd.shape, dtype=dtype)
+
+
+_lib.impl("native_layer_norm", _native_layer_norm, "Meta")
 
 
 _FAST_SUM_DTYPES = (torch.float32, torch.float16, torch.bfloat16)

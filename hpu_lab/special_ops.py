@@ -135,15 +135,6 @@ def physical(op):
     return handler
 
 
-def native_layer_norm(func, args, kwargs):
-    """CPU's kernel returns mean and rstd in the input's dtype (the parameters' when they differ,
-    e.g. float32 weights on bfloat16 input); the meta kernel says float32 for reduced precision.
-    The device runs CPU's kernel, so the tensors must say what it returns."""
-    out, mean, rstd = functional_op(func, args, kwargs)
-    w = args[2] if len(args) > 2 else kwargs.get("weight")
-    return (out, *_stats_dtype(args[0], w, mean, rstd))
-
-
 def batch_norm_with_update(func, args, kwargs):
     """Writes the running stats *and* returns four new tensors (not the written args, which the
     generic in-place path returns): computed by its functional twin, then the stats rebound."""
@@ -211,7 +202,6 @@ HANDLERS = {    # the router's special-op table starts as this (route.py owns it
     **{getattr(aten.to, o): composite for o in aten.to.overloads()},
     aten._batch_norm_with_update.default: batch_norm_with_update,
     aten._native_batch_norm_legit.default: native_batch_norm_legit,
-    aten.native_layer_norm.default: native_layer_norm,
     aten.copy_.default: copy_,
     aten._to_copy.default: to_copy,
     aten._local_scalar_dense.default: local_scalar_dense,

@@ -190,3 +190,28 @@ def test_embedding_bag_auxiliary_outputs_are_the_cpus(dtype, mode, include_last_
                 assert torch.equal(g.cpu(), r)
         finally:
             config.reload()
+
+
+@pytest.mark.parametrize("lazy", ["1", "0"])
+@pytest.mark.parametrize("dtypes", [(torch.bfloat16, None), (torch.bfloat16, torch.float32), (torch.float16, None),
+                                    (torch.float16, torch.float32), (torch.float32, None)])
+def test_native_layer_norm_statistics_have_cpus_dtype(dtypes, lazy):
+    # torch's Meta kernel says float32 statistics for any bfloat16 input, CPU's kernel returns
+    # bfloat16: the executor refused the hpu op (Intel's test_hpu_layer_norm)
+    import hpu_lab  # noqa: F401
+    from hpu_lab import config
+    config.set(PT_HPU_LAZY_MODE=lazy)
+    try:
+        xd, wd = dtypes
+        x = torch.rand(3, 1, 4).to(xd)
+        w = torch.rand(4).to(wd) if wd else None
+        for args in ((x, [4], w, w, 1e-5), (x, [1, 4], None, None, 1e-5)):
+            if args[2] is None and wd:
+                continue
+            cpu = torch.ops.aten.native_layer_norm(*args)
+            hpu = torch.ops.aten.native_layer_norm(*[a.to("hpu") if isinstance(a, torch.Tensor) else a for a in args])
+            for c, h in zip(cpu, hpu):
+                assert (h.dtype, h.shape, h.stride()) == (c.dtype, c.shape, c.stride())
+                assert torch.equal(h.cpu(), c)
+    finally:
+        config.reload()
