@@ -20,7 +20,7 @@ from ._source import user_src
 from .capture import GraphCapture
 from .compiler import find
 from .compiler.recipe import GraphKey
-from . import aliasing
+from . import aliasing, iter_strides
 from .graph import PendingGraph, ref_sig, op_key, view, scatter, restride, InplaceOnClone, CastTo, InplaceOnAliases, \
     InplaceOnStorages
 from .runtime import executor
@@ -402,8 +402,11 @@ def functional_op(func, args, kwargs):
         metas, spec, res_template = hit
     else:
         def compute():
-            res = ops.run_meta(func, [_meta_arg(a) for a in nargs], {k: _meta_arg(v) for k, v in nkw.items()})
+            margs, mkw = [_meta_arg(a) for a in nargs], {k: _meta_arg(v) for k, v in nkw.items()}
+            res = ops.run_meta(func, margs, mkw)
             metas, spec = _out_metas(res)
+            if ops.is_pointwise(func) and func not in _OWN_LAYOUT:
+                metas = _iterator_layout(func, margs, mkw, metas)
             return metas, spec, res
 
         try:
@@ -419,6 +422,23 @@ def functional_op(func, args, kwargs):
     tensors = [wrap_new(m, o) for m, o in zip(metas, outs)]
     after_op(func)
     return _rebuild(res_template, iter(tensors))
+
+
+_OWN_LAYOUT = {aten.clone.default}      # pointwise, but laid out by its memory_format, not TensorIterator
+
+
+def _iterator_layout(func, margs, mkw, metas):
+    """An elementwise op's outputs with the strides CPU's TensorIterator gives them (iter_strides.py);
+    the Meta kernel's differ where dimensions tie."""
+    layouts = iter_strides.operand_layouts(func, margs, mkw)
+    if not layouts:
+        return metas
+    out = []
+    for size, stride, dtype in metas:
+        if all(len(s) <= len(size) for s, _ in layouts):
+            stride = iter_strides.output_strides(size, layouts)
+        out.append((size, stride, dtype))
+    return out
 
 
 _meta_failure = None    # fn(func, args, kwargs, err): the router's answer to an op with no usable meta
