@@ -78,7 +78,7 @@ def host_op(func, args, kwargs, reason):
     try:
         res = _cpu_call(func, cargs, ckw)
     except (NotImplementedError, RuntimeError) as e:
-        if not _widen.missing_kernel(e):   # a dtype Gaudi has and the CPU kernel lacks (issue 16)
+        if not _widen.missing_kernel(e, func):   # a dtype Gaudi has and the CPU kernel lacks (issue 16)
             raise
         res = _widen.widened(func)(*cargs, **ckw)
         _fill_outs(func, res, ckw, out_kw)

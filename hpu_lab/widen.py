@@ -29,12 +29,24 @@ _MISSING = re.compile(r"not implemented for '(Float8_e4m3fn|Float8_e5m2|BFloat16
 # int32 indices: Gaudi's kernels take them, some CPU kernels want int64 ("take(): Expected a long tensor
 # for index, but got torch.int32"); the index is widened to int64, which changes no value
 _INT32_INDEX = re.compile(r"Expected a long tensor for index, but got (torch\.int32|Int)\b")
+# integer and bool tensors Gaudi's TPC takes where the CPU has no integer kernel (Intel's test_hpu_lerp
+# on int32, test_randint's trunc of a bool result): computed in float32, converted back to the op's
+# dtype by truncation, as the bridge's own test computes its reference (float32 lerp, then .to(int))
+_aten = torch.ops.aten
+_INT_AS_FLOAT = {_aten.lerp.Scalar, _aten.lerp.Tensor, _aten.lerp_.Scalar, _aten.lerp_.Tensor,
+                 _aten.trunc.default, _aten.trunc_.default}
+_MISSING_INT = re.compile(r"not implemented for '(Int|Long|Short|Char|Byte|Bool)'")
+_INTS = (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64, torch.bool)
 
 
-def missing_kernel(exc: BaseException) -> bool:
-    """True if ``exc`` is the CPU saying it has no kernel for one of the widenable dtypes."""
+ANY_NODE = object()     # missing_kernel's op for "some node of the graph": any dtype listed
+
+
+def missing_kernel(exc: BaseException, op=None) -> bool:
+    """True if ``exc`` is the CPU saying it has no kernel for one of the widenable dtypes (of ``op``)."""
     return isinstance(exc, (NotImplementedError, RuntimeError)) and bool(
-        _MISSING.search(str(exc)) or _INT32_INDEX.search(str(exc)))
+        _MISSING.search(str(exc)) or _INT32_INDEX.search(str(exc))
+        or ((op is ANY_NODE or op in _INT_AS_FLOAT) and _MISSING_INT.search(str(exc))))
 
 
 _WIDENED: dict = {}
@@ -61,9 +73,10 @@ def widened(op):
             # bf16/fp16 (bf16(x + bf16(s)), not bf16(x + s)); ``alpha`` stays in the compute dtype
             args = tuple(_round_scalar(a, low) if names[i:i + 1] != ["alpha"] else a for i, a in enumerate(args))
             kwargs = {k: (_round_scalar(v, low) if k != "alpha" else v) for k, v in kwargs.items()}
+        as_float = op in _INT_AS_FLOAT
         wide_args, wide_kw = pytree.tree_map_only(
-            torch.Tensor, lambda t: t.float() if t.dtype in _LOW else t.long() if t.dtype == torch.int32 else t,
-            (args, kwargs))
+            torch.Tensor, lambda t: t.float() if t.dtype in _LOW or (as_float and t.dtype in _INTS)
+            else t.long() if t.dtype == torch.int32 else t, (args, kwargs))
         res = op(*wide_args, **wide_kw)
         meta_args, meta_kw = pytree.tree_map_only(torch.Tensor, lambda t: t.to("meta"), (args, kwargs))
         try:
@@ -78,8 +91,8 @@ def widened(op):
         out = pytree.tree_map(lambda r, m: r.to(m.dtype) if isinstance(r, torch.Tensor) and r.dtype != m.dtype else r,
                               res, meta)
         for i in written:                 # in-place: the argument itself must hold the result
-            if i < len(args) and isinstance(args[i], torch.Tensor) and (args[i].dtype in _LOW
-                                                                         or args[i].dtype == torch.int32):
+            if i < len(args) and isinstance(args[i], torch.Tensor) and (
+                    args[i].dtype in _LOW or args[i].dtype == torch.int32 or (as_float and args[i].dtype in _INTS)):
                 src = out if isinstance(out, torch.Tensor) else out[written.index(i)]
                 args[i].copy_(src)
                 out = args[i] if isinstance(out, torch.Tensor) else out
@@ -140,7 +153,7 @@ def rerun(recipe, args, exc):
     keeps the rewritten graph. Any other failure is raised as it was."""
     for _ in range(len(recipe.gm.graph.nodes)):
         node, err = _failing_node(recipe.gm, args)
-        if node is None or not missing_kernel(err) or not isinstance(node.target, torch._ops.OpOverload):
+        if node is None or not isinstance(node.target, torch._ops.OpOverload) or not missing_kernel(err, node.target):
             raise exc
         node.target = widened(node.target)
         recipe.gm.recompile()
@@ -149,7 +162,7 @@ def rerun(recipe, args, exc):
         try:
             return recipe.fn(*args)
         except Exception as e:  # noqa: BLE001 - the next node may lack a kernel too
-            if not missing_kernel(e):
+            if not missing_kernel(e, ANY_NODE):
                 raise
             exc = e
     raise exc

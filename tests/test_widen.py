@@ -103,3 +103,28 @@ def test_add_relu_with_a_tensor_adds_other_times_alpha_rounded_first(dtype):
     a = torch.tensor(-0.26, dtype=dtype).item()
     got = torch._add_relu(x.to("hpu"), o.to("hpu"), alpha=a).cpu()
     assert torch.equal(got, torch.relu(x + o * a))
+
+
+@pytest.mark.parametrize("lazy", ["1", "0"])
+def test_integer_lerp_and_bool_trunc_as_gaudi(lazy):
+    # CPU has no integer lerp ("lerp_kernel_scalar" not implemented for 'Int') nor bool trunc; Gaudi
+    # has both (Intel's test_hpu_lerp, test_randint): float32, then truncated to the op's dtype
+    from hpu_lab import config
+    config.set(PT_HPU_LAZY_MODE=lazy)
+    try:
+        g = torch.Generator().manual_seed(0)
+        s, e = torch.randint(0, 15, (2, 2, 4), generator=g, dtype=torch.int32), torch.randint(0, 15, (2, 2, 4), generator=g, dtype=torch.int32)
+        w = torch.randint(0, 20, (2, 2, 4), generator=g, dtype=torch.int32)
+        for weight in (5, 2.5, w):
+            ref = torch.lerp(s.float(), e.float(), weight.float() if isinstance(weight, torch.Tensor) else weight).to(torch.int32)
+            got = torch.lerp(s.to("hpu"), e.to("hpu"), weight.to("hpu") if isinstance(weight, torch.Tensor) else weight)
+            assert got.dtype == torch.int32 and torch.equal(got.cpu(), ref)
+        x = s.to("hpu")
+        x.lerp_(e.to("hpu"), 3)
+        assert torch.equal(x.cpu(), torch.lerp(s.float(), e.float(), 3).to(torch.int32))
+        b = torch.tensor([True, False, True]).to("hpu")
+        assert b.trunc().dtype == torch.bool and torch.equal(b.trunc().cpu(), b.cpu())
+        with pytest.raises(Exception, match="not implemented for 'Int'"):     # other integer ops: CPU's refusal
+            torch.frac(torch.ones(3, dtype=torch.int32, device="hpu")).cpu()
+    finally:
+        config.reload()
