@@ -201,6 +201,20 @@ def out_variant(func, args, kwargs):
     raise NotImplementedError(f"{ops.op_name(func)} with out= is not supported on hpu")
 
 
+def record_stream(func, args, kwargs):
+    """``t.record_stream(s)``: on CUDA/Gaudi the caching allocator must not hand ``t``'s block to
+    another stream before the work queued on ``s`` ends. hpu_lab's device memory is never pooled
+    between tensors: a storage lives while a view of it or a launch that reads it does, so there is
+    nothing to defer, and the call is accepted as the real device accepts it (it raised "Could not
+    run 'aten::record_stream' with arguments from the 'CPU' backend")."""
+    t, s = args[0], args[1] if len(args) > 1 else kwargs["s"]
+    if not isinstance(t, HPUTensor):
+        raise _same_device_error(t.device)
+    if getattr(s, "device_type", None) is not None and torch.device(s.device).type != "hpu":
+        raise RuntimeError(f"record_stream: expected a stream on device hpu, got a stream on {s.device}")
+    return None
+
+
 def composite(func, args, kwargs):
     """An op torch decomposes above the device (``Tensor.to``) that reaches it anyway: torch's
     ZeroTensor layer passes ``to`` through whole (zerotensor.py). Its own decomposition, as on CPU:
@@ -210,6 +224,7 @@ def composite(func, args, kwargs):
 
 HANDLERS = {    # the router's special-op table starts as this (route.py owns it)
     **{getattr(aten.to, o): composite for o in aten.to.overloads()},
+    aten.record_stream.default: record_stream,
     aten._batch_norm_with_update.default: batch_norm_with_update,
     aten._native_batch_norm_legit.default: native_batch_norm_legit,
     aten.copy_.default: copy_,

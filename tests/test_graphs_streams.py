@@ -121,3 +121,17 @@ def test_record_event_and_stream_synchronize():
     s.synchronize()
     assert s.query() and ev_.query()
     torch.hpu.record_stream(torch.ones(1).to("hpu"), s)      # accepted, nothing to do
+
+
+def test_record_stream_is_accepted_on_hpu_streams():
+    # the allocator hint of real prefetching code; it raised "Could not run 'aten::record_stream'
+    # with arguments from the 'CPU' backend" (Intel's test_hpu_record_stream)
+    t = torch.arange(4.).to("hpu")
+    s = torch.hpu.Stream()
+    with torch.hpu.stream(s):
+        u = t * 2
+    torch.hpu.current_stream().wait_stream(s)
+    assert u.record_stream(torch.hpu.current_stream()) is None and u[1:].record_stream(s) is None
+    assert u.cpu().tolist() == [0., 2., 4., 6.]
+    with pytest.raises(RuntimeError, match="expected a stream on device hpu"):
+        u.record_stream(torch.Stream("cpu"))
