@@ -483,6 +483,11 @@ def _clone_spec(margs, written):
     return tuple(paths)
 
 
+def _dtypes(margs) -> set:
+    return {x.dtype for a in margs for x in (a if isinstance(a, (list, tuple)) else [a])
+            if isinstance(x, torch.Tensor)}
+
+
 def inplace_op(func, args, kwargs, info):
     """An op that writes its inputs: compute the new values functionally, then rebind."""
     written, out_kw, functional = info
@@ -526,7 +531,11 @@ def inplace_op(func, args, kwargs, info):
             res = ops.run_meta(functional, [_meta_arg(a) for a in nargs], mkw)
             metas, spec = _out_metas(res)
             tgt = [t for i in written for t in (margs[i] if isinstance(margs[i], (list, tuple)) else [margs[i]])]
-            if len(metas) != len(tgt) or any(m[0] != tuple(x.shape) for m, x in zip(metas, tgt)):
+            if len(metas) != len(tgt) or any(m[0] != tuple(x.shape) for m, x in zip(metas, tgt)) or \
+                    (len(tgt) > 1 and len(_dtypes(margs)) > 1):
+                # (a list over several dtypes: torch's Meta kernels of the functional foreach twins
+                # say self's dtype where CPU's kernel promotes per tensor, and one CastTo casts all
+                # to one dtype; the in-place kernel itself, on clones, casts each back as CPU does)
                 op = InplaceOnClone(func, written)
             elif any(m[2] != x.dtype for m, x in zip(metas, tgt)):
                 op = CastTo(functional, tgt[0].dtype)

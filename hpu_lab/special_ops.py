@@ -215,6 +215,27 @@ def record_stream(func, args, kwargs):
     return None
 
 
+def foreach_scalars_tensor(func, args, kwargs):
+    """``_foreach_addcdiv(self, t1, t2, scalars=cpu_tensor)`` (and addcmul, in place or not): CPU's
+    kernel reads the packed scalars on the host (``convert_tensor_to_scalar_list``) and runs the
+    ScalarList form. So does this: the Tensor form's Meta kernel refuses the device copy hpu_lab
+    made of the CPU operand ("Expected scalars to be on CPU, got meta instead"; Intel's
+    test_hpu_foreach_ops)."""
+    names = [a.name for a in func._schema.arguments]
+    bound = dict(zip(names, args))
+    bound.update(kwargs)
+    sc, tensors = bound["scalars"], bound["self"]
+    if isinstance(sc, HPUTensor) or not isinstance(sc, torch.Tensor) or sc.device.type != "cpu":
+        raise RuntimeError(f"Expected scalars to be on CPU, got {getattr(sc, 'device', type(sc).__name__)} instead.")
+    if sc.dim() != 1:
+        raise RuntimeError(f"Expected packed scalar Tensor to be of dimension 1. Got {sc.dim()} instead.")
+    if sc.size(0) != len(tensors):
+        raise RuntimeError(f"Expected length of scalars to match input of length {len(tensors)} but got "
+                           f"{sc.size(0)} instead.")
+    packet = getattr(aten, func._schema.name.split("::")[1])
+    return packet.ScalarList(tensors, bound["tensor1"], bound["tensor2"], sc.tolist())
+
+
 def composite(func, args, kwargs):
     """An op torch decomposes above the device (``Tensor.to``) that reaches it anyway: torch's
     ZeroTensor layer passes ``to`` through whole (zerotensor.py). Its own decomposition, as on CPU:
@@ -225,6 +246,8 @@ def composite(func, args, kwargs):
 HANDLERS = {    # the router's special-op table starts as this (route.py owns it)
     **{getattr(aten.to, o): composite for o in aten.to.overloads()},
     aten.record_stream.default: record_stream,
+    **{f: foreach_scalars_tensor for f in (aten._foreach_addcdiv.Tensor, aten._foreach_addcmul.Tensor,
+                                           aten._foreach_addcdiv_.Tensor, aten._foreach_addcmul_.Tensor)},
     aten._batch_norm_with_update.default: batch_norm_with_update,
     aten._native_batch_norm_legit.default: native_batch_norm_legit,
     aten.copy_.default: copy_,
