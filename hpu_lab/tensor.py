@@ -13,8 +13,6 @@ is not the whole storage adds a ``view`` node; writing one adds a ``scatter`` no
 """
 from __future__ import annotations
 
-import threading
-
 import torch
 
 from .runtime import memory
@@ -56,27 +54,14 @@ class Out:
         self.node, self.idx, self.meta = node, idx, meta
 
 
-_ADDR_LOCK = threading.Lock()
-_ADDR = [0x7F0000000000]     # the next emulated device address (hpu:0's address space)
-_ALIGN = 512
-
-
 class Storage:
-    """Device memory: accounted by the memory manager for as long as any view is alive.
-
-    ``addr`` is its emulated device address, what ``data_ptr()`` reports: distinct for every storage
-    alive or not (a bump allocator; the real allocator's reuse of freed blocks is not modelled), so
-    code that tells tensors apart by ``data_ptr()`` (tied-weight detection, checkpoint writers) sees
-    what it sees on a device. (It was 0 for every storage: any two tensors looked like one.)"""
-    __slots__ = ("nbytes", "size", "stride", "dtype", "value", "addr", "__weakref__")
+    """Device memory: accounted by the memory manager for as long as any view is alive."""
+    __slots__ = ("nbytes", "size", "stride", "dtype", "value", "__weakref__")
 
     def __init__(self, size, stride, dtype, value, nbytes):
         self.size, self.stride, self.dtype = size, stride, dtype
         self.value = value
         self.nbytes = nbytes
-        with _ADDR_LOCK:
-            self.addr = _ADDR[0]
-            _ADDR[0] += (nbytes + _ALIGN - 1) // _ALIGN * _ALIGN or _ALIGN
         memory.alloc(nbytes)
 
     def __del__(self):
@@ -137,9 +122,6 @@ class HPUTensor(torch.Tensor):
         cpu = _to_cpu(self, "print")
         s = torch._tensor_str._str(self, tensor_contents=torch._tensor_str._tensor_str(cpu, 7))
         return "tensor(" + s[len(type(self).__name__) + 1:] if s.startswith(type(self).__name__ + "(") else s
-
-    def data_ptr(self):
-        return self._st.addr + self._offset * self.element_size()
 
     def tolist(self):
         return _to_cpu(self, ".tolist()").tolist()
