@@ -551,7 +551,7 @@ print(f"wide MLP:  lazy {wl.wall_ns / n_wide / 1e6:.2f} ms/step, replay {wr.wall
 assert small < big
 
 # %% [markdown]
-# What if the same recording ran on a faster card? The device's time shrinks, the host's does not; on Gaudi 3 the host's share grows, and HPU Graphs matter again:
+# What if the same recording ran on a faster card? The device's time shrinks, the host's does not: on the newer cards the host's share grows until the model is host-bound (here from Gaudi 2 on), and HPU Graphs matter again:
 
 # %%
 # NBVAL_IGNORE_OUTPUT
