@@ -71,16 +71,31 @@ def spawn(scenario: str, world: int = 2):
     return _results(text, world)
 
 
-def torchrun(scenario: str, world: int = 2):
-    port = _free_port()
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={world}",
-           "--master_addr=127.0.0.1", f"--master_port={port}", __file__, scenario]
-    p = subprocess.run(cmd, env=_env(), cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT)
-    assert p.returncode == 0, (p.stdout + p.stderr)[-6000:]
-    return _results(p.stdout)
+def torchrun(scenario: str, world: int = 2, port=None):
+    for attempt in range(3):
+        port_now = port or _free_port()
+        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={world}",
+               "--master_addr=127.0.0.1", f"--master_port={port_now}", __file__, scenario]
+        p = subprocess.run(cmd, env=_env(), cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT)
+        # the free port is closed before torchrun binds it: on a busy machine (other test runs'
+        # gloo connections take ephemeral ports too) someone else may take it in between. Then
+        # the rendezvous fails at once with EADDRINUSE, before any rank ran: try another port
+        if p.returncode != 0 and "EADDRINUSE" in p.stderr and port is None and attempt < 2:
+            continue
+        assert p.returncode == 0, (p.stdout + p.stderr)[-6000:]
+        return _results(p.stdout)
 
 
 # ---------------------------------------------------------------- the tests
+
+def test_a_taken_rendezvous_port_fails_with_eaddrinuse():
+    """What torchrun() retries on: the port it was given was taken in the meantime."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        with pytest.raises(AssertionError, match="EADDRINUSE"):
+            torchrun("basic", port=s.getsockname()[1])
+
 
 def test_hccl_collectives_under_torchrun():
     res = torchrun("basic")
