@@ -50,22 +50,30 @@ def _results(out: str, world: int = 2):
 
 def spawn(scenario: str, world: int = 2):
     """``world`` processes with torchrun's variables set by hand (no elastic agent: quicker)."""
-    port = _free_port()
-    procs = []
-    for r in range(world):
-        env = _env({"RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(world),
-                    "LOCAL_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
-        procs.append(subprocess.Popen([sys.executable, __file__, scenario], env=env, cwd=ROOT,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    outs = []
-    try:
-        for p in procs:
-            out, _ = p.communicate(timeout=TIMEOUT)
-            outs.append(out)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
+    for attempt in range(3):
+        port = _free_port()
+        procs = []
+        for r in range(world):
+            env = _env({"RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(world),
+                        "LOCAL_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+            procs.append(subprocess.Popen([sys.executable, __file__, scenario], env=env, cwd=ROOT,
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        outs = []
+        try:
+            for p in procs:
+                out, _ = p.communicate(timeout=TIMEOUT)
+                outs.append(out)
+                # rank 0 could not bind the port (taken since _free_port closed it, see torchrun):
+                # the other ranks would wait for a store that is not there, or is someone else's
+                if p is procs[0] and p.returncode != 0 and "EADDRINUSE" in out and attempt < 2:
+                    break
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        if len(outs) == world:
+            break
     text = "\n".join(outs)
     assert all(p.returncode == 0 for p in procs), text[-6000:]
     return _results(text, world)
