@@ -180,14 +180,7 @@ assert max(compiles_per_step) <= 2        # after the first steps, every graph i
 # **Eager mode** (`PT_HPU_LAZY_MODE=0`): every op is its own tiny graph, launched at once. The bridge reads this variable once, before `import habana_frameworks.torch` (seed 004: *"This flag needs to be set before invoking a Python script importing HPU"*), so on a Gaudi eager mode is another process, not a switch. Here too: the epoch runs as a small script in a fresh Python process with the variable set before its imports, and prints what it counted as JSON.
 
 # %%
-import json, os, subprocess, sys
-
-def run_fresh(script, **env):
-    """Run `script` in a new Python process with `env` set before its imports; return the JSON it prints last."""
-    p = subprocess.run([sys.executable, "-c", script], env=dict(os.environ, **env),
-                       capture_output=True, text=True, timeout=900)
-    assert p.returncode == 0, p.stderr[-3000:]
-    return json.loads(p.stdout.strip().splitlines()[-1]), p.stderr
+from hpu_lab.fresh import run_fresh   # hpu_lab/fresh.py: run a script in a new process, env set first
 
 EAGER_EPOCH = """
 import json, torch, torch.nn as nn, torch.nn.functional as F
@@ -219,9 +212,9 @@ with ev.Collector() as c:             # the training loop above, unchanged
 print(json.dumps({"lazy_mode": hpu_lab.config.lazy_mode(), "ops": len(c.of(ev.OpAccumulated)),
                   "launches": len(c.of(ev.Launch)), "loss": round(loss.item(), 3)}))
 """
-eager, eager_log = run_fresh(EAGER_EPOCH, PT_HPU_LAZY_MODE="0")
+eager = run_fresh(EAGER_EPOCH, PT_HPU_LAZY_MODE="0")
 print(eager)
-said = [line.strip() for line in eager_log.splitlines() if "does not have any effect" in line]
+said = [line.strip() for line in eager.stderr.splitlines() if "does not have any effect" in line]
 print(said)                           # 16 mark_step calls, one warning
 
 # %% [markdown]

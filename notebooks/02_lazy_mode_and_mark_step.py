@@ -85,6 +85,9 @@ assert len(ops) >= 6 and acc.of(ev.Launch) == [] and acc.of(ev.GraphBuilt) == []
 # %%hpu_section "mark_step" --as ms --picture graph
 htcore.mark_step()
 
+# %% [markdown]
+# The pending ops became one graph and one launch, and the host did not wait for it:
+
 # %%
 (g,) = ms.of(ev.GraphBuilt)
 print(f"one graph of {g.node_count} nodes, {g.input_count} inputs, {g.output_count} outputs; "

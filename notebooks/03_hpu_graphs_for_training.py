@@ -158,14 +158,7 @@ assert model.module_cacher.num_graphs == 2 and len(captures) == 4    # 2 shapes 
 # The bridge reads `PT_HPU_LAZY_MODE` once, before `import habana_frameworks.torch`, so eager mode is another process: a short script, run in a fresh Python process with `PT_HPU_LAZY_MODE=0` set before its imports, tries to create an HPU Graph and prints what happened as JSON.
 
 # %%
-import json, os, subprocess, sys
-
-def run_fresh(script, **env):
-    """Run `script` in a new Python process with `env` set before its imports; return the JSON it prints last."""
-    p = subprocess.run([sys.executable, "-c", script], env=dict(os.environ, **env),
-                       capture_output=True, text=True, timeout=900)
-    assert p.returncode == 0, p.stderr[-3000:]
-    return json.loads(p.stdout.strip().splitlines()[-1])
+from hpu_lab.fresh import run_fresh   # hpu_lab/fresh.py: run a script in a new process, env set first
 
 GRAPH_IN_EAGER = """
 import json, hpu_lab, hpu_lab.core as htcore
@@ -235,6 +228,9 @@ for n, temperature in [(200, 1.0), (200, 1.0), (200, 2.0), (96, 1.0), (64, 1.0),
     out = scaled(torch.randn(n, 1, 28, 28, device=device), temperature=temperature)
     out.sum().backward()
     htcore.mark_step()
+
+# %% [markdown]
+# Its statistics: the graphs it keeps, the calls they served, and the calls that ran without a graph:
 
 # %%
 # claim G7
@@ -351,6 +347,9 @@ torch.hpu.synchronize()
 replay_epoch()
 torch.hpu.synchronize()
 
+# %% [markdown]
+# One replay per batch, and the host traced nothing:
+
 # %%
 # claim G2
 print("replays:", len(replay.of(ev.Replay)), " ops traced:", len(replay.of(ev.OpAccumulated)),
@@ -407,6 +406,9 @@ torch.hpu.synchronize()
 # %%hpu_section "ModuleCacher" --as cacher
 train(model, device, train_loader, optimizer)
 torch.hpu.synchronize()
+
+# %% [markdown]
+# One graph for the one batch shape, replayed forward and backward at every step; the loss and the optimizer are traced, as with `make_graphed_callables`:
 
 # %%
 print("graphs:", model.module_cacher.num_graphs, " replays:", len(cacher.of(ev.Replay)),
@@ -549,7 +551,7 @@ print(f"wide MLP:  lazy {wl.wall_ns / n_wide / 1e6:.2f} ms/step, replay {wr.wall
 assert small < big
 
 # %% [markdown]
-# What if the same recording ran on a faster card? The device's time shrinks, the host's does not; on Gaudi 3 the host's share grows, and HPU Graphs matter again:
+# What if the same recording ran on a faster card? The device's time shrinks, the host's does not: on the newer cards the host's share grows until the model is host-bound (here from Gaudi 2 on), and HPU Graphs matter again:
 
 # %%
 # NBVAL_IGNORE_OUTPUT

@@ -147,6 +147,9 @@ graphs_cacher = epoch_with_cacher(loader)
 graphs_drop_last = epoch_with_cacher(torch.utils.data.DataLoader(train_set, batch_size=256, drop_last=True))
 print("ModuleCacher, all batches:", graphs_cacher, "graphs;  drop_last=True:", graphs_drop_last, "graph")
 
+# %% [markdown]
+# Two graphs with the last batch, one without it:
+
 # %%
 # claim G11
 assert graphs_cacher == 2 and graphs_drop_last == 1
@@ -230,6 +233,7 @@ htcore.hpu.ModuleCacher(max_graphs=10)(model=module2, inplace=True)
 
 real_inputs = [torch.randn(5, 10) for _ in range(20)]
 real_targets = [real_inputs[i].mean() for i in range(20)]
+module2_sizes = set()
 
 # %%
 # %%hpu_section "Dynamic op between two cached modules" --as dynop
@@ -240,6 +244,7 @@ for data, target in zip(real_inputs, real_targets):
 
     # dynamic op
     tmp = tmp[torch.where(tmp > 0)]
+    module2_sizes.add(len(tmp))      # (not in the seed) the input sizes module2 sees
 
     tmp = module2(tmp)
     loss = torch.abs(tmp.mean() - target)
@@ -256,9 +261,10 @@ for data, target in zip(real_inputs, real_targets):
 syncs = Counter(e.reason for e in dynop.of(ev.HostSync))
 print("host syncs:", dict(syncs))
 print("module1:", module1.module_cacher.num_graphs, "graph;  module2:", module2.module_cacher.num_graphs,
-      "graphs (one per output size seen)")
+      f"graphs, for {len(module2_sizes)} input sizes seen {sorted(module2_sizes)}")
 assert syncs["data-dependent op aten::nonzero"] == 20
 assert module1.module_cacher.num_graphs == 1 and module1.module_cacher.stats()["cached_hits"] == 20
+assert module2.module_cacher.num_graphs == len(module2_sizes) > 1       # one graph per size
 
 
 # %% [markdown]

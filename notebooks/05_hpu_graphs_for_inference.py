@@ -150,7 +150,7 @@ with torch.no_grad():
     expected = [cpu_model(image) for image in requests]
 print("mark_steps:", len(serve.of(ev.MarkStep)), " ops traced:", len(serve.of(ev.OpAccumulated)),
       " replays:", len(serve.of(ev.Replay)))
-assert serve.of(ev.MarkStep) == [] and serve.of(ev.OpAccumulated) == []
+assert serve.of(ev.MarkStep) == [] and serve.of(ev.OpAccumulated) == [] and len(serve.of(ev.Replay)) == len(requests)
 assert all(torch.allclose(a, e, atol=1e-5) for a, e in zip(answers, expected))
 
 # %% [markdown]

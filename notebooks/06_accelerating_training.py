@@ -80,14 +80,7 @@ def train_epoch(model, optimizer, loader):
 # `use_lazy_mode=False` means eager mode, which the bridge chooses once, from `PT_HPU_LAZY_MODE` read before `import habana_frameworks.torch` (seed 004: *"This flag needs to be set before invoking a Python script importing HPU"*). On a Gaudi the two modes are two processes, not a switch, and so they are here: the same two training steps run as a small script in a fresh Python process for each mode, with the variable set before its imports; the script prints what it counted as JSON.
 
 # %%
-import json, subprocess, sys
-
-def run_fresh(script, **env):
-    """Run `script` in a new Python process with `env` set before its imports; return the JSON it prints last."""
-    p = subprocess.run([sys.executable, "-c", script], env=dict(os.environ, **env),
-                       capture_output=True, text=True, timeout=900)
-    assert p.returncode == 0, p.stderr[-3000:]
-    return json.loads(p.stdout.strip().splitlines()[-1])
+from hpu_lab.fresh import run_fresh   # hpu_lab/fresh.py: run a script in a new process, env set first
 
 TWO_STEPS = """
 import json, torch, torch.nn.functional as F
@@ -438,6 +431,10 @@ class HeavyDataset(torch.utils.data.Dataset):
         g = torch.Generator().manual_seed(i)
         return torch.randn(1, 28, 28, generator=g), i % 10
 
+import warnings
+# on a machine with fewer cores than workers torch warns that 2 workers are too many; these workers
+# mostly sleep (the stand-in for preprocessing), so they cost no core, and the warning does not apply
+warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
 model, optimizer = fresh()
 heavy_loaders = {n: torch.utils.data.DataLoader(HeavyDataset(), batch_size=64, num_workers=n,
                                                 persistent_workers=n > 0) for n in (0, 1, 2)}
@@ -552,6 +549,9 @@ fused_sizes = update_graph(lambda p: FusedAdamW(p, lr=1e-3),
 print("graph nodes of the clip + update, torch:", torch_sizes, " fused:", fused_sizes)
 assert sum(fused_sizes) < sum(torch_sizes) / 5
 
+# %% [markdown]
+# The other difference the seed points out, the default epsilon:
+
 # %%
 # claim O10
 torch_eps = torch.optim.AdamW([torch.zeros(1)]).defaults["eps"]
@@ -605,6 +605,9 @@ train_epoch(model, optimizer, torch.utils.data.DataLoader(train_set, batch_size=
 _ = gc.collect()                           # free what Python no longer references ...
 torch.hpu.synchronize()                    # ... and let the device thread finish its frees
 
+
+# %% [markdown]
+# The three figures, from `torch.hpu`'s memory functions, as `optimum.habana.utils.get_hpu_memory_stats` reads them:
 
 # %%
 # claim O11

@@ -50,37 +50,60 @@ def _results(out: str, world: int = 2):
 
 def spawn(scenario: str, world: int = 2):
     """``world`` processes with torchrun's variables set by hand (no elastic agent: quicker)."""
-    port = _free_port()
-    procs = []
-    for r in range(world):
-        env = _env({"RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(world),
-                    "LOCAL_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
-        procs.append(subprocess.Popen([sys.executable, __file__, scenario], env=env, cwd=ROOT,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    outs = []
-    try:
-        for p in procs:
-            out, _ = p.communicate(timeout=TIMEOUT)
-            outs.append(out)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
+    for attempt in range(3):
+        port = _free_port()
+        procs = []
+        for r in range(world):
+            env = _env({"RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(world),
+                        "LOCAL_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+            procs.append(subprocess.Popen([sys.executable, __file__, scenario], env=env, cwd=ROOT,
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        outs = []
+        try:
+            for p in procs:
+                out, _ = p.communicate(timeout=TIMEOUT)
+                outs.append(out)
+                # rank 0 could not bind the port (taken since _free_port closed it, see torchrun):
+                # the other ranks would wait for a store that is not there, or is someone else's
+                if p is procs[0] and p.returncode != 0 and "EADDRINUSE" in out and attempt < 2:
+                    break
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        if len(outs) == world:
+            break
     text = "\n".join(outs)
     assert all(p.returncode == 0 for p in procs), text[-6000:]
     return _results(text, world)
 
 
-def torchrun(scenario: str, world: int = 2):
-    port = _free_port()
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={world}",
-           "--master_addr=127.0.0.1", f"--master_port={port}", __file__, scenario]
-    p = subprocess.run(cmd, env=_env(), cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT)
-    assert p.returncode == 0, (p.stdout + p.stderr)[-6000:]
-    return _results(p.stdout)
+def torchrun(scenario: str, world: int = 2, port=None):
+    for attempt in range(3):
+        port_now = port or _free_port()
+        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={world}",
+               "--master_addr=127.0.0.1", f"--master_port={port_now}", __file__, scenario]
+        p = subprocess.run(cmd, env=_env(), cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT)
+        # the free port is closed before torchrun binds it: on a busy machine (other test runs'
+        # gloo connections take ephemeral ports too) someone else may take it in between. Then
+        # the rendezvous fails at once with EADDRINUSE, before any rank ran: try another port
+        if p.returncode != 0 and "EADDRINUSE" in p.stderr and port is None and attempt < 2:
+            continue
+        assert p.returncode == 0, (p.stdout + p.stderr)[-6000:]
+        return _results(p.stdout)
 
 
 # ---------------------------------------------------------------- the tests
+
+def test_a_taken_rendezvous_port_fails_with_eaddrinuse():
+    """What torchrun() retries on: the port it was given was taken in the meantime."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        with pytest.raises(AssertionError, match="EADDRINUSE"):
+            torchrun("basic", port=s.getsockname()[1])
+
 
 def test_hccl_collectives_under_torchrun():
     res = torchrun("basic")

@@ -74,8 +74,11 @@ def test_live_refresh_is_throttled_and_measured():
     p.attach(live=True)
     try:
         src = host_bound_loop(steps=3)
-        t_end = time.perf_counter() + 0.4
-        while time.perf_counter() < t_end:
+        # 0.4 s of events, and on until the first live redraw: on a loaded machine the loop may
+        # stall past the moment its first redraw was allowed (at 0.25 s, the 50% budget of the
+        # first guess), and the test is about the throttle, not about the machine's speed
+        t0 = time.perf_counter()
+        while time.perf_counter() < t0 + 0.4 or (not p.stats["live_refreshes"] and time.perf_counter() < t0 + 20):
             for e in src[:50]:
                 ev.emit(e)
             time.sleep(0.01)
@@ -83,8 +86,9 @@ def test_live_refresh_is_throttled_and_measured():
         p.finalize()
     s = p.stats
     assert s["live_refreshes"] >= 1
-    # with at least 50 ms between redraws, 0.4 s leave room for at most 8 of them
-    assert s["live_refreshes"] <= 9
+    # each redraw starts at least 50 ms after the previous one ended (the first, 50 ms after
+    # attaching): wall_s / 0.05 of them at most, where an unthrottled panel would redraw per event
+    assert s["live_refreshes"] <= s["wall_s"] / 0.05
     assert s["refreshes"] == s["live_refreshes"] + 1          # + the final full redraw
     assert s["wall_s"] >= 0.4 and 0 < p.overhead() <= 1
     assert "live redraws" in p.status.value and "finished" in p.status.value
@@ -214,8 +218,10 @@ def test_live_redraws_stay_within_the_time_budget():
     src = host_bound_loop(steps=20)
     p.attach(live=True)
     try:
-        t_end = time.perf_counter() + 1.5
-        while time.perf_counter() < t_end:
+        # the first redraw is allowed after 1 s (0.25 s first guess, 20% budget): run 1.5 s, and on
+        # until it has happened if a loaded machine stalled the loop
+        t0 = time.perf_counter()
+        while time.perf_counter() < t0 + 1.5 or (not p.stats["live_refreshes"] and time.perf_counter() < t0 + 20):
             for e in src[:20]:
                 ev.emit(e)
             time.sleep(0.002)
