@@ -229,6 +229,21 @@ class HostToDevice(Event):
     staging_bytes: int = 0      # bytes the host first copied into a staging buffer (pageable source)
     stream: int = -1            # -1: the host did the transfer and waited; else the stream it was queued on
     op: str = ""                # what asked for it: "aten::copy_", or "<op> (CPU operand)"
+    launch_id: int = 0          # a queued copy (stream >= 0): its launch, as in its CopyQueued; else 0
+
+
+@_record
+class CopyQueued(Event):
+    """The host queued a host-to-device copy on ``stream`` (a pinned ``non_blocking=True`` copy,
+    transfers.py) and went on: an instant on the host lane, emitted before the stream can run it.
+    The copy's run is the ``HostToDevice`` with the same ``launch_id``, emitted by the stream when it
+    runs (a busy stream makes it later than host events after the queue point); a recipe or a sync
+    that reads the copy names ``launch_id`` (``Launch.waits_for``, ``HostSync.launch_id``). The Gaudi
+    clock starts the copy's DMA here, on the host's clock."""
+    launch_id: int = 0
+    stream: int = 0
+    nbytes: int = 0
+    src: str = ""
 
 
 @_record

@@ -11,16 +11,19 @@ replaced by the model: a host sync lasts until the modeled completion of what it
 H2D copy the host did (``stream == -1``) lasts its modeled transfer (pageable: the staging memcpy
 of ``staging_bytes`` + DMA; pinned: DMA); a collective lasts its ring-model time.
 
-Device lanes. A pinned non_blocking copy queued on a stream (``stream >= 0``, lane ``hpu:N``) is
-a DMA span on that lane, not host time: the host does not wait, and later launches on the stream
-start after it. Each launch becomes a device span that starts at max(modeled launch time, the
+Device lanes. A pinned non_blocking copy queued on a stream is a DMA span on that stream's lane,
+not host time: it starts at its queue point (``CopyQueued``, on the host's clock) or when the lane is
+free, and later work on the stream starts after it. Its run (``HostToDevice``, ``stream >= 0``)
+comes from the stream thread, maybe after later host events; it takes the span placed at the queue
+point (its ``launch_id``), so the order of arrival changes nothing. Each launch becomes a device span that starts at max(modeled launch time, the
 lane's free time) and lasts the recipe's modeled cost (cost.recipe_cost of its graph).
 
 Cross-stream order. ``StreamRecord`` (an hpu Event recorded on a stream) completes at the modeled
 end of the work queued on that stream before it; after a ``StreamWait`` on it (``wait_event``,
 ``wait_stream``), the waiting stream's next work starts no earlier than that. A launch that reads
-outputs of launches on other streams (``Launch.waits_for``: the runtime's implicit wait) starts no
-earlier than their modeled end.
+outputs of launches or queued copies on other streams (``Launch.waits_for``: the runtime's implicit
+wait) starts no earlier than their modeled end; a host sync on a queued copy (``.item()`` of its
+buffer) waits for the copy's modeled end.
 
 Events recorded without stamps (``cpu_ns == -1``) fall back to wall-time gaps.
 """
@@ -195,11 +198,15 @@ class Retimer:
             lane = e.lane
             if lane != "host":
                 if type(e) is HostToDevice and e.stream >= 0:
-                    # a queued copy: the host does not wait for it. It was queued before it ran (when
-                    # it was emitted): H, the host's place now, bounds that above
-                    s, f = self._device_span(lane, "copy H2D", H, cost.copy_ns(e.nbytes, card, pinned=True),
-                                             e.step, f"copy {e.nbytes / 1e6:.2g} MB")
-                    out.append(_moved(e, s, f))
+                    sp = launch_span.get(e.launch_id) if e.launch_id else None
+                    if sp is not None:           # its queue point (CopyQueued) placed it
+                        out.append(_moved(e, sp[1], sp[2], sp[0]))
+                    else:
+                        # a recording without the queue point (a Collector of HostToDevice alone):
+                        # it was queued before it ran (when it was emitted), H bounds that above
+                        s, f = self._device_span(lane, "copy H2D", H, cost.copy_ns(e.nbytes, card, pinned=True),
+                                                 e.step, f"copy {e.nbytes / 1e6:.2g} MB")
+                        out.append(_moved(e, s, f))
                 elif isinstance(e, ev.DeviceExecution):
                     sp = launch_span.get(e.launch_id)
                     if sp is None:               # its launch is not fed yet (or not in the list)
@@ -265,6 +272,15 @@ class Retimer:
                 end = start + cost.copy_ns(e.nbytes, card, pinned=e.pinned)
             elif kind is ev.Collective:
                 end = start + cost.collective_ns(e.op, e.nbytes, e.world_size, card)
+            elif kind is ev.CopyQueued:
+                # a queued copy: the host goes on; its DMA starts at the queue point, or when its
+                # stream is free (stream order), and what reads it waits for its end (its launch id)
+                end = start + cpu_span
+                dlane = f"hpu:{e.stream}"
+                s, f = self._device_span(dlane, "copy H2D", end, cost.copy_ns(e.nbytes, card, pinned=True),
+                                         e.step, f"copy {e.nbytes / 1e6:.2g} MB")
+                launch_end[e.launch_id] = f
+                launch_span[e.launch_id] = (dlane, s, f)
             elif kind is ev.StreamRecord:
                 # the marker completes when the work queued on its stream so far has (and not
                 # before the host queued it)
