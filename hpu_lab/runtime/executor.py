@@ -11,6 +11,7 @@ import atexit
 import itertools
 import queue
 import threading
+import time
 
 import torch
 
@@ -245,21 +246,40 @@ class Stream:
         # run recipes' TorchScript exactly as traced: no fusion passes that would reorder float math
         # (the device must give CPU's numbers); the flag is per thread
         torch._C._set_graph_executor_optimize(False)
+        # The Python this thread runs holds the interpreter lock the user's thread may want: each
+        # stretch is reported (events.emulator_python_begin/_end), so that the host's wait for it is not
+        # counted as its blocked time. TorchScript releases the lock while it runs a recipe (the
+        # fx code does not: all of it is reported); a host function (a copy, a stream wait) is
+        # left out (it waits or copies without the lock).
+        perf = time.perf_counter_ns
         while True:
             launch = self._q.get()
+            ev.emulator_python_begin(perf())
             if launch.recipe is None:        # a host function in stream order
+                fn = launch.inputs
+                ev.emulator_python_end(perf())
                 try:
-                    launch.outputs = launch.inputs()
+                    launch.outputs = fn()
                 except BaseException as e:   # noqa: BLE001 - reported at the next sync
                     launch.error = e
+                ev.emulator_python_begin(perf())
                 launch.done.set()
+                ev.emulator_python_end(perf())
                 continue
             t0 = ev.now()
             ok = True
             args = None
+            ts = getattr(launch.recipe, "backend", "fx") == "torchscript"
             try:
                 args = _args(launch)
-                launch.outputs = check_outputs(launch.recipe, launch.recipe.run(args), launch.srcs)
+                if ts:
+                    ev.emulator_python_end(perf())
+                try:
+                    out = launch.recipe.run(args)
+                finally:
+                    if ts:
+                        ev.emulator_python_begin(perf())
+                launch.outputs = check_outputs(launch.recipe, out, launch.srcs)
             except _FailedInput as e:       # an input is spoiled: its error, not a new one
                 ok = False
                 launch.error = e.error
@@ -280,6 +300,7 @@ class Stream:
                                                ok=ok))
             finally:
                 launch.done.set()
+                ev.emulator_python_end(perf())
 
 
 _streams: dict = {}
