@@ -138,3 +138,18 @@ def test_copy_events_of_a_recording_without_their_queue_point_still_land_on_the_
     r = pm.retime(c.events, "gaudi2")
     (cp,) = r.spans["hpu:0"]
     assert cp.kind == "copy H2D" and cp.duration_ns == cost.copy_ns(MB, pm.DEVICES["gaudi2"], pinned=True)
+
+
+def test_retimed_copies_are_not_tracked_by_the_garbage_collector():
+    """A panel keeps a recording's re-timed copies; like the recorded events (events._untrack) they
+    stay out of the cyclic collector's lists, which every full collection walks."""
+    import gc
+    x = torch.randn(MB // 4).pin_memory()
+    torch.hpu.synchronize()
+    with ev.Collector() as c:
+        y = (x.to(HPU, non_blocking=True) * 2).sum()
+        htcore.mark_step()
+        y.item()
+    r = pm.retime(c.events, "gaudi2")
+    assert len(r.events) == len(c.events)
+    assert r.events and not [e for e in r.events if gc.is_tracked(e)]
