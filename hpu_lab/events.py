@@ -212,7 +212,8 @@ class DeviceExecution(Event):
 class HostSync(Event):
     """The host waited for the device. reason: '.item()', '.cpu()', 'print', 'data-dependent op aten::nonzero', ...
 
-    ``launch_id``: the launch waited for (0: every stream's work, or no device work at all when
+    ``launch_id``: the launch waited for, a queued copy's (``CopyQueued.launch_id``) or a recorded
+    event's marker (``StreamRecord.marker``) (0: every stream's work, or no device work at all when
     the event has no duration: the value was already on the host)."""
     reason: str = ""
     src: str = ""

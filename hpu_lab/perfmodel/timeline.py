@@ -265,7 +265,10 @@ class Retimer:
             wait = 0
             if kind is ev.HostSync:
                 if e.launch_id:
-                    need = launch_end.get(e.launch_id, 0)
+                    # a launch, a queued copy, or a recorded event's marker (its id is the marker's)
+                    need = launch_end.get(e.launch_id)
+                    if need is None:
+                        need = self.markers.get(e.launch_id, 0)
                 elif wall_dur > 0:
                     need = max(free.values(), default=0)
                 else:

@@ -39,7 +39,7 @@ class Launch:
         self.done.wait()
         if ev.wants(ev.HostSync):
             ev.emit(ev.HostSync(t0, ev.now(), "host", ev.recorder.step, reason=reason, src=src,
-                                launch_id=self.id if self.recipe is not None or type(self) is Copy else 0))
+                                launch_id=self.id if self.recipe is not None or type(self) is not Launch else 0))
         if self.error is not None:
             _errors.discard(self.error)
             raise self.error
@@ -49,6 +49,16 @@ class Copy(Launch):
     """A host-to-device copy queued on a stream (transfers.py): a host function in stream order
     whose output is a device buffer; a sync or a recipe that reads it waits for it by its id
     (``HostSync.launch_id``, ``Launch.waits_for``), as for a recipe's launch."""
+    __slots__ = ()
+
+    def __init__(self, fn, stream):
+        super().__init__(None, fn, stream)
+
+
+class Marker(Launch):
+    """A recorded event's marker (graphs/streams.py): a host function in stream order that completes
+    when the work queued before it on its stream has. Its id names it in the event stream
+    (``StreamRecord.marker``), and a sync on it (``Event.synchronize()``) names that id."""
     __slots__ = ()
 
     def __init__(self, fn, stream):
