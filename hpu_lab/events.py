@@ -16,10 +16,12 @@ host events (the user's thread, and autograd's thread running backward) *minus t
 inside observers* (a panel's redraw, a collector's bookkeeping are not the user's host work); and
 ``blocked_ns``, the time the host spent blocked *outside* hpu_lab (a DataLoader waiting for its
 workers, a sleep, I/O: off the CPU and not waiting for a core, in gaps of at least
-``BLOCKED_MIN_NS`` in which no host event was emitted). Both are -1 on unstamped events.
+``BLOCKED_MIN_NS`` in which no host event was emitted; not the interpreter lock held by the
+emulator's own threads, see ``emulator_python_begin``). Both are -1 on unstamped events.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import inspect
 import os
@@ -210,7 +212,8 @@ class DeviceExecution(Event):
 class HostSync(Event):
     """The host waited for the device. reason: '.item()', '.cpu()', 'print', 'data-dependent op aten::nonzero', ...
 
-    ``launch_id``: the launch waited for (0: every stream's work, or no device work at all when
+    ``launch_id``: the launch waited for, a queued copy's (``CopyQueued.launch_id``) or a recorded
+    event's marker (``StreamRecord.marker``) (0: every stream's work, or no device work at all when
     the event has no duration: the value was already on the host)."""
     reason: str = ""
     src: str = ""
@@ -229,6 +232,21 @@ class HostToDevice(Event):
     staging_bytes: int = 0      # bytes the host first copied into a staging buffer (pageable source)
     stream: int = -1            # -1: the host did the transfer and waited; else the stream it was queued on
     op: str = ""                # what asked for it: "aten::copy_", or "<op> (CPU operand)"
+    launch_id: int = 0          # a queued copy (stream >= 0): its launch, as in its CopyQueued; else 0
+
+
+@_record
+class CopyQueued(Event):
+    """The host queued a host-to-device copy on ``stream`` (a pinned ``non_blocking=True`` copy,
+    transfers.py) and went on: an instant on the host lane, emitted before the stream can run it.
+    The copy's run is the ``HostToDevice`` with the same ``launch_id``, emitted by the stream when it
+    runs (a busy stream makes it later than host events after the queue point); a recipe or a sync
+    that reads the copy names ``launch_id`` (``Launch.waits_for``, ``HostSync.launch_id``). The Gaudi
+    clock starts the copy's DMA here, on the host's clock."""
+    launch_id: int = 0
+    stream: int = 0
+    nbytes: int = 0
+    src: str = ""
 
 
 @_record
@@ -364,6 +382,53 @@ class Handle:
 # waiting for its workers or a file read is longer.
 BLOCKED_MIN_NS = 1_000_000
 
+# Wall-time intervals in which the emulator's own threads (the device streams' workers, the disk
+# cache's writer) ran Python, i.e. held the interpreter lock: the user's thread, wanting it then,
+# waited off the CPU. A real Gaudi host has no such threads (its device is not Python in the user's
+# process), so that wait is not host time: a gap's off-CPU time overlapping these intervals is not
+# counted as blocked (Recorder.emit). Under load one such wait lasts up to the switch interval
+# (5 ms) whenever the worker is descheduled holding the lock. Appended in end order; only while
+# anyone listens; bounded (a gap is measured against the intervals since it began).
+_emulator_python: collections.deque = collections.deque(maxlen=4096)
+# the stretches running now (thread ident -> start): the lock is handed to the user's thread in the
+# middle of one every switch interval, and the gap that thread measures then ends inside it
+_emulator_open: dict = {}
+
+
+def emulator_python_begin(t0: int) -> None:
+    """The calling emulator thread runs Python from ``t0`` (perf_counter_ns) on."""
+    _emulator_open[threading.get_ident()] = t0
+
+
+def emulator_python_end(t1: int) -> None:
+    """... until ``t1``: the stretch is kept (while anyone listens) for the gaps that overlap it."""
+    t0 = _emulator_open.pop(threading.get_ident(), None)
+    if t0 is not None and t1 > t0 and recorder._listening:
+        _emulator_python.append((t0, t1))
+
+
+def _emulator_python_in(g0: int, g1: int) -> int:
+    """Wall time in [g0, g1) during which some emulator thread ran Python (the union of the
+    intervals clipped to it: the lock is held by one thread at a time)."""
+    if g1 <= g0 or not (_emulator_python or _emulator_open):
+        return 0
+    clipped = [(max(a, g0), g1) for a in list(_emulator_open.values()) if a < g1]
+    for a, b in reversed(_emulator_python):       # newest first; a copy-free walk of the tail
+        if b <= g0:
+            break
+        a, b = max(a, g0), min(b, g1)
+        if b > a:
+            clipped.append((a, b))
+    total, end = 0, None
+    for a, b in sorted(clipped):
+        if end is None or a >= end:
+            total += b - a
+            end = b
+        elif b > end:
+            total += b - end
+            end = b
+    return total
+
 
 def _gil_holding_pread():
     """A pread(2) that keeps the interpreter lock. ``os.pread`` releases it, and a thread that
@@ -407,9 +472,17 @@ OBSERVER_EXACT_NS = 20_000
 
 class _ThreadClock:
     """Per-thread counters behind the stamps: CPU time inside observers, and the run-queue delay."""
-    __slots__ = ("observers", "last_user", "fd", "last_runq", "runq_at", "gap_end", "read_at", "last_end")
+    __slots__ = ("observers", "last_user", "fd", "last_runq", "runq_at", "gap_end", "read_at", "last_end",
+                 "cpu_clock", "runs_user_code")
 
     def __init__(self, cpu: int):
+        # a thread Python did not start (autograd's device thread, which runs backward) runs no
+        # user code between two events: a gap there is the engine's hand-off, not the user's wait
+        self.runs_user_code = not isinstance(threading.current_thread(), threading._DummyThread)
+        try:                         # this thread's CPU clock, for another host thread to read
+            self.cpu_clock = time.pthread_getcpuclockid(threading.get_ident())
+        except (AttributeError, OSError):
+            self.cpu_clock = None
         self.observers = 0           # CPU time spent inside observers, cumulative
         self.last_user = cpu         # thread CPU minus observers at the previous stamp
         try:                         # Linux: run-queue delay (waiting for a core is not blocking)
@@ -436,6 +509,18 @@ class _ThreadClock:
         d, self.last_runq = cur - self.last_runq, cur
         return max(d, 0)
 
+    def busy_since_stamp(self) -> int:
+        """Read from *another* thread: this thread's CPU time and run-queue delay since its last
+        stamp (a gap that ends on another host thread, e.g. the user's thread handing backward()
+        to autograd's: this thread's CPU and wait for a core in it are not blocked time)."""
+        busy = 0
+        if self.cpu_clock is not None:
+            try:
+                busy += max(time.clock_gettime_ns(self.cpu_clock) - self.last_user - self.observers, 0)
+            except OSError:          # the thread has ended
+                return 0
+        return busy + max(self._runq() - self.last_runq, 0)
+
     def __del__(self):
         try:
             if self.fd is not None:
@@ -455,6 +540,7 @@ class _HostClock:
         self.cpu = 0
         self.blocked = 0
         self.last_wall = _perf_ns()
+        self.last_clock = None       # the _ThreadClock of the thread that stamped last
 
 
 class Recorder:
@@ -555,6 +641,7 @@ class Recorder:
             else:
                 clock.observers += t - start
                 hc.last_wall = clock.last_end = t
+                hc.last_clock = clock
             return
         # Building the event (between its end and this call) is the recording's bookkeeping, not
         # the user's host work, when the event was made just now (its end after this thread's
@@ -577,18 +664,27 @@ class Recorder:
         with hc.lock:
             hc.cpu += mine
             gap = event.t_start - hc.last_wall
-            if gap > BLOCKED_MIN_NS:
+            if gap > BLOCKED_MIN_NS and clock.runs_user_code:
                 if ge is not None and ge[1] == hc.last_wall and ge[0] <= event.t_start:
                     # the gap ended where now() noted it: CPU and run-queue delay up to there only
-                    off_cpu = ge[0] - hc.last_wall - (ge[2] - (user - mine))
+                    # (the previous stamp's CPU may be an estimate that ran ahead: never below 0)
+                    off_cpu = ge[0] - hc.last_wall - max(ge[2] - (user - mine), 0)
                     runq = max(ge[3] - clock.last_runq, 0)
                     clock.last_runq = ge[3]
                     clock.waited_for_core()      # the rest (inside the event) is not a gap's
+                    gap_end = ge[0]
                 else:
                     off_cpu = gap - mine
                     runq = clock.waited_for_core() if off_cpu > BLOCKED_MIN_NS else 0
+                    gap_end = event.t_start
                 if off_cpu > BLOCKED_MIN_NS:
-                    off_cpu -= runq
+                    # waiting for a core, or for the interpreter lock an emulator thread held, is
+                    # not being blocked outside hpu_lab; nor is the time the host thread that
+                    # stamped last spent running or waiting for a core, when the gap ends on another
+                    off_cpu -= runq + _emulator_python_in(hc.last_wall, gap_end)
+                    other = hc.last_clock
+                    if other is not None and other is not clock:
+                        off_cpu -= other.busy_since_stamp()
                     clock.runq_at = event.t_start
                     if off_cpu > BLOCKED_MIN_NS:
                         hc.blocked += off_cpu
@@ -615,6 +711,7 @@ class Recorder:
             clock.observers = thread_cpu() - user
             clock.read_at = 0                # the next stamp reads the clock again
         self._host.last_wall = clock.last_end = _perf_ns()
+        self._host.last_clock = clock
 
     def host_clock(self) -> Tuple[int, int]:
         """(cpu_ns, blocked_ns) of the host lane now, on the scale of the stamps (includes the

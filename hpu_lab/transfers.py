@@ -16,6 +16,8 @@ Each transfer emits one ``events.HostToDevice``: ``pinned`` (source in pinned me
 ``non_blocking`` (what the caller asked), ``staging_bytes`` (bytes the host copied into a staging
 buffer first: 0 when pinned), ``stream`` (-1: the host did it and waited; else the device stream
 it was queued on, and the event lies on that stream's lane, timed when the copy ran) and ``op``.
+A queued copy also emits ``events.CopyQueued`` on the host when it is queued (the same
+``launch_id`` as its ``HostToDevice``): where its DMA starts on the Gaudi clock.
 
 Mixed operands (issue 11, point 5): the Gaudi bridge's lazy ops (``LazyOp::set_inputs`` in
 ``habana_kernels/lazy_kernels.h``) move every non-HPU tensor input to the device with
@@ -38,10 +40,11 @@ from . import pinned
 from ._source import user_src
 
 
-def _emit(t0, t1, lane, nbytes, is_pinned, non_blocking, staging, stream, op, src):
+def _emit(t0, t1, lane, nbytes, is_pinned, non_blocking, staging, stream, op, src, launch_id=0):
     if ev.wants(ev.HostToDevice):
         ev.emit(ev.HostToDevice(t0, t1, lane, ev.recorder.step, nbytes=nbytes, src=src, pinned=is_pinned,
-                                non_blocking=non_blocking, staging_bytes=staging, stream=stream, op=op))
+                                non_blocking=non_blocking, staging_bytes=staging, stream=stream, op=op,
+                                launch_id=launch_id))
 
 
 def _staged(src_t: torch.Tensor) -> torch.Tensor:
@@ -65,10 +68,25 @@ def host_to_device(size, stride, dtype, src_t, non_blocking: bool, op: str, src:
             t0 = ev.now()
             val = torch.empty_strided(size, stride, dtype=dtype)
             val.copy_(box.pop())
-            _emit(t0, ev.now(), s.lane, nbytes, True, True, 0, s.index, op, src)
+            t1 = ev.now()
+            # the event's observers run here, on the stream's worker, holding the interpreter lock:
+            # the emulator's Python, not the user's wait (events.emulator_python_begin)
+            ev.emulator_python_begin(t1)
+            try:
+                _emit(t0, t1, s.lane, nbytes, True, True, 0, s.index, op, src, launch.id)
+            finally:
+                ev.emulator_python_end(ev.now())
             return (val,)
 
-        return None, s.submit_fn(dma)
+        launch = executor.Copy(dma, s.index)
+        # the queue point on the host's clock, before the stream can run the copy (whose event
+        # comes from the stream thread, when it runs): the Gaudi clock starts the DMA here
+        if ev.wants(ev.CopyQueued):
+            t = ev.now()
+            ev.emit(ev.CopyQueued(t, t, "host", ev.recorder.step, launch_id=launch.id, stream=s.index,
+                                  nbytes=nbytes, src=src))
+        s.submit(launch)
+        return None, launch
     t0 = ev.now()
     data = src_t if is_pinned else _staged(src_t)
     val = torch.empty_strided(size, stride, dtype=dtype)

@@ -62,3 +62,55 @@ def test_implicit_cross_stream_wait_is_on_the_gaudi_clock():
         (p2,), (q2,) = ordered.spans["hpu:1"], ordered.spans["hpu:0"]
         assert p2 == p and q2.start_ns == p.end_ns and q2.duration_ns == q.duration_ns
         assert ordered.wall_ns == q2.end_ns > free.wall_ns
+
+
+def _sync_on_default_stream(how: str):
+    """Long work on a side stream, short work on the default stream, then the host waits for the
+    default stream only: ``Event.synchronize()`` of an event recorded there, or
+    ``Stream.synchronize()`` after it."""
+    side = torch.hpu.Stream()
+    a = torch.randn(2048, 2048).to(HPU)
+    c = torch.randn(64, 64).to(HPU)
+
+    def work():
+        with torch.hpu.stream(side):
+            b = a @ a @ a
+            htcore.mark_step()                      # long, on `side`
+        d = (c + 1).sum()
+        htcore.mark_step()                          # short, on the default stream
+        return b, d
+    work()
+    torch.hpu.synchronize()
+    with ev.Collector() as col:
+        b, d = work()
+        done = torch.hpu.Event()
+        done.record()
+        if how == "event":
+            done.synchronize()
+        else:
+            torch.hpu.current_stream().synchronize()
+    torch.hpu.synchronize()
+    assert torch.allclose(d.cpu(), (c.cpu() + 1).sum(), rtol=1e-4)
+    return side, col
+
+
+def test_a_sync_on_a_recorded_event_waits_for_its_stream_only():
+    for how in ("event", "stream"):
+        side, col = _sync_on_default_stream(how)
+        long_launch, short_launch = col.of(ev.Launch)
+        rec, = col.of(ev.StreamRecord)
+        sync = col.of(ev.HostSync)[-1]
+        assert (long_launch.stream, short_launch.stream, rec.stream) == (side.stream_id, 0, 0)
+        assert sync.launch_id == rec.marker > 0          # the sync names the marker it waited for
+    # on the model: the two recorded recipes, the marker and the sync, 1 us of host CPU apart (the
+    # side stream's matmuls outlast that on every card)
+    events = stamped(ev.Launch(0, 0, "host", 0, launch_id=1, key="long", stream=1, graph=long_launch.graph),
+                     ev.Launch(0, 0, "host", 0, launch_id=2, key="short", stream=0, graph=short_launch.graph),
+                     ev.StreamRecord(0, 0, "host", 0, marker=3, stream=0),
+                     ev.HostSync(0, 1, "host", 0, reason="Event.synchronize()", launch_id=3))
+    for card in pm.DEVICES:
+        r = pm.retime(events, card)
+        (long_,), (short,) = r.spans["hpu:1"], r.spans["hpu:0"]
+        s = [e for e in r.events if isinstance(e, ev.HostSync)][-1]
+        assert short.end_ns < long_.end_ns, card
+        assert s.t_end == short.end_ns, card             # its stream's work, not the side stream's

@@ -58,7 +58,8 @@ _HOST_KIND = {
 }
 
 # Host kinds that are not bars at all (markers or boundaries) but still end a trace run.
-_NOT_A_BAR = (ev.MarkStep, ev.MemorySample, ev.CaptureBegin, ev.CaptureEnd, ev.StreamRecord, ev.StreamWait)
+_NOT_A_BAR = (ev.MarkStep, ev.MemorySample, ev.CaptureBegin, ev.CaptureEnd, ev.StreamRecord, ev.StreamWait,
+              ev.CopyQueued)
 
 
 def _label(e: ev.Event) -> str:

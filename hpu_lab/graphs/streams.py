@@ -25,7 +25,6 @@ from ..runtime import executor
 
 _POOL = 4                       # side streams 1..4, handed out round robin
 _next_side = itertools.count(0)
-_marker_ids = itertools.count(1)   # names recorded events in the event stream (StreamRecord/StreamWait)
 
 
 _PRIVATEUSE1 = int(torch._C._autograd.DeviceType.PrivateUse1)
@@ -181,8 +180,13 @@ class Event(torch.Event):
             fn = stamp
         else:
             fn = _nothing
-        self._marker = executor.stream(_index_of(s)).submit_fn(fn)
-        self._marker_id = next(_marker_ids)
+        q = executor.stream(_index_of(s))
+        self._marker = executor.Marker(fn, q.index)
+        q.submit(self._marker)
+        # its name in the event stream (StreamRecord/StreamWait) is its launch id, the one a host
+        # sync on it names (Event.synchronize(), Stream.synchronize() after it): the Gaudi clock
+        # waits for the work before the marker, on its stream only
+        self._marker_id = self._marker.id
         if ev.wants(ev.StreamRecord):         # the Gaudi clock orders cross-stream waits by it
             t = ev.now()
             ev.emit(ev.StreamRecord(t, t, "host", ev.recorder.step, marker=self._marker_id,

@@ -11,16 +11,19 @@ replaced by the model: a host sync lasts until the modeled completion of what it
 H2D copy the host did (``stream == -1``) lasts its modeled transfer (pageable: the staging memcpy
 of ``staging_bytes`` + DMA; pinned: DMA); a collective lasts its ring-model time.
 
-Device lanes. A pinned non_blocking copy queued on a stream (``stream >= 0``, lane ``hpu:N``) is
-a DMA span on that lane, not host time: the host does not wait, and later launches on the stream
-start after it. Each launch becomes a device span that starts at max(modeled launch time, the
+Device lanes. A pinned non_blocking copy queued on a stream is a DMA span on that stream's lane,
+not host time: it starts at its queue point (``CopyQueued``, on the host's clock) or when the lane is
+free, and later work on the stream starts after it. Its run (``HostToDevice``, ``stream >= 0``)
+comes from the stream thread, maybe after later host events; it takes the span placed at the queue
+point (its ``launch_id``), so the order of arrival changes nothing. Each launch becomes a device span that starts at max(modeled launch time, the
 lane's free time) and lasts the recipe's modeled cost (cost.recipe_cost of its graph).
 
 Cross-stream order. ``StreamRecord`` (an hpu Event recorded on a stream) completes at the modeled
 end of the work queued on that stream before it; after a ``StreamWait`` on it (``wait_event``,
 ``wait_stream``), the waiting stream's next work starts no earlier than that. A launch that reads
-outputs of launches on other streams (``Launch.waits_for``: the runtime's implicit wait) starts no
-earlier than their modeled end.
+outputs of launches or queued copies on other streams (``Launch.waits_for``: the runtime's implicit
+wait) starts no earlier than their modeled end; a host sync on a queued copy (``.item()`` of its
+buffer) waits for the copy's modeled end.
 
 Events recorded without stamps (``cpu_ns == -1``) fall back to wall-time gaps.
 """
@@ -98,14 +101,21 @@ def _ms(ns: int) -> str:
 
 def _moved(e, start: int, end: int, lane: Optional[str] = None):
     """A copy of event ``e`` with new times (dataclasses.replace, ~10x faster: these are plain
-    frozen dataclasses whose __init__ does nothing else)."""
-    n = object.__new__(type(e))
+    frozen dataclasses whose __init__ does nothing else), out of the cyclic garbage collector's
+    lists as the recorded events are (events._untrack: an event holds no reference cycle). A panel
+    keeps a recording's copies (45,000 for a 600-step loop): tracked, each would be walked by every
+    full collection, and their number would bring the next one sooner (~0.12 us a copy here)."""
+    n = _new(type(e))
     d = n.__dict__
     d.update(e.__dict__)
     d["t_start"], d["t_end"] = start, end
     if lane is not None:
         d["lane"] = lane
+    _untrack(n)
     return n
+
+
+_new, _untrack = object.__new__, ev._untrack
 
 
 def union_ns(intervals) -> int:
@@ -195,11 +205,15 @@ class Retimer:
             lane = e.lane
             if lane != "host":
                 if type(e) is HostToDevice and e.stream >= 0:
-                    # a queued copy: the host does not wait for it. It was queued before it ran (when
-                    # it was emitted): H, the host's place now, bounds that above
-                    s, f = self._device_span(lane, "copy H2D", H, cost.copy_ns(e.nbytes, card, pinned=True),
-                                             e.step, f"copy {e.nbytes / 1e6:.2g} MB")
-                    out.append(_moved(e, s, f))
+                    sp = launch_span.get(e.launch_id) if e.launch_id else None
+                    if sp is not None:           # its queue point (CopyQueued) placed it
+                        out.append(_moved(e, sp[1], sp[2], sp[0]))
+                    else:
+                        # a recording without the queue point (a Collector of HostToDevice alone):
+                        # it was queued before it ran (when it was emitted), H bounds that above
+                        s, f = self._device_span(lane, "copy H2D", H, cost.copy_ns(e.nbytes, card, pinned=True),
+                                                 e.step, f"copy {e.nbytes / 1e6:.2g} MB")
+                        out.append(_moved(e, s, f))
                 elif isinstance(e, ev.DeviceExecution):
                     sp = launch_span.get(e.launch_id)
                     if sp is None:               # its launch is not fed yet (or not in the list)
@@ -241,7 +255,9 @@ class Retimer:
                 blk = 0
             if blk:
                 ws = H + gap
-                self.extra.append(ev.HostWait(ws, ws + blk, "host", e.step, reason="blocked outside hpu_lab"))
+                w = ev.HostWait(ws, ws + blk, "host", e.step, reason="blocked outside hpu_lab")
+                _untrack(w)
+                self.extra.append(w)
                 host_spans.append(Span("host", "host wait", ws, ws + blk, e.step, "blocked outside hpu_lab"))
                 self.blocked_total += blk
             start = H + gap + blk
@@ -249,7 +265,10 @@ class Retimer:
             wait = 0
             if kind is ev.HostSync:
                 if e.launch_id:
-                    need = launch_end.get(e.launch_id, 0)
+                    # a launch, a queued copy, or a recorded event's marker (its id is the marker's)
+                    need = launch_end.get(e.launch_id)
+                    if need is None:
+                        need = self.markers.get(e.launch_id, 0)
                 elif wall_dur > 0:
                     need = max(free.values(), default=0)
                 else:
@@ -265,6 +284,15 @@ class Retimer:
                 end = start + cost.copy_ns(e.nbytes, card, pinned=e.pinned)
             elif kind is ev.Collective:
                 end = start + cost.collective_ns(e.op, e.nbytes, e.world_size, card)
+            elif kind is ev.CopyQueued:
+                # a queued copy: the host goes on; its DMA starts at the queue point, or when its
+                # stream is free (stream order), and what reads it waits for its end (its launch id)
+                end = start + cpu_span
+                dlane = f"hpu:{e.stream}"
+                s, f = self._device_span(dlane, "copy H2D", end, cost.copy_ns(e.nbytes, card, pinned=True),
+                                         e.step, f"copy {e.nbytes / 1e6:.2g} MB")
+                launch_end[e.launch_id] = f
+                launch_span[e.launch_id] = (dlane, s, f)
             elif kind is ev.StreamRecord:
                 # the marker completes when the work queued on its stream so far has (and not
                 # before the host queued it)
@@ -323,13 +351,15 @@ class Retimer:
         card = self.card
         if not self.n:
             return Retimed(card, [], {"host": []})
-        extra = list(self.extra)
+        extra = list(self.extra)                  # (HostWait events: untracked when made)
         for lid, e in self.launches.items():      # launches the list did not see run
             if lid not in self.executed:
                 lane, s, f = self.launch_span[lid]
                 n = sum(1 for x in e.graph.nodes if x.op not in ("input", "output")) if e.graph is not None else 0
-                extra.append(ev.DeviceExecution(s, f, lane, e.step, launch_id=lid, recipe_id=e.recipe_id,
-                                                key=e.key, node_count=n))
+                x = ev.DeviceExecution(s, f, lane, e.step, launch_id=lid, recipe_id=e.recipe_id, key=e.key,
+                                       node_count=n)
+                _untrack(x)
+                extra.append(x)
         spans = {}
         for lane, lane_spans in self.spans.items():
             spans[lane] = sorted(lane_spans, key=lambda s: (s.start_ns, s.end_ns))

@@ -11,6 +11,7 @@ import atexit
 import itertools
 import queue
 import threading
+import time
 
 import torch
 
@@ -38,10 +39,30 @@ class Launch:
         self.done.wait()
         if ev.wants(ev.HostSync):
             ev.emit(ev.HostSync(t0, ev.now(), "host", ev.recorder.step, reason=reason, src=src,
-                                launch_id=self.id if self.recipe is not None else 0))
+                                launch_id=self.id if self.recipe is not None or type(self) is not Launch else 0))
         if self.error is not None:
             _errors.discard(self.error)
             raise self.error
+
+
+class Copy(Launch):
+    """A host-to-device copy queued on a stream (transfers.py): a host function in stream order
+    whose output is a device buffer; a sync or a recipe that reads it waits for it by its id
+    (``HostSync.launch_id``, ``Launch.waits_for``), as for a recipe's launch."""
+    __slots__ = ()
+
+    def __init__(self, fn, stream):
+        super().__init__(None, fn, stream)
+
+
+class Marker(Launch):
+    """A recorded event's marker (graphs/streams.py): a host function in stream order that completes
+    when the work queued before it on its stream has. Its id names it in the event stream
+    (``StreamRecord.marker``), and a sync on it (``Event.synchronize()``) names that id."""
+    __slots__ = ()
+
+    def __init__(self, fn, stream):
+        super().__init__(None, fn, stream)
 
 
 _launch_ids = itertools.count(1)
@@ -235,21 +256,40 @@ class Stream:
         # run recipes' TorchScript exactly as traced: no fusion passes that would reorder float math
         # (the device must give CPU's numbers); the flag is per thread
         torch._C._set_graph_executor_optimize(False)
+        # The Python this thread runs holds the interpreter lock the user's thread may want: each
+        # stretch is reported (events.emulator_python_begin/_end), so that the host's wait for it is not
+        # counted as its blocked time. TorchScript releases the lock while it runs a recipe (the
+        # fx code does not: all of it is reported); a host function (a copy, a stream wait) is
+        # left out (it waits or copies without the lock).
+        perf = time.perf_counter_ns
         while True:
             launch = self._q.get()
+            ev.emulator_python_begin(perf())
             if launch.recipe is None:        # a host function in stream order
+                fn = launch.inputs
+                ev.emulator_python_end(perf())
                 try:
-                    launch.outputs = launch.inputs()
+                    launch.outputs = fn()
                 except BaseException as e:   # noqa: BLE001 - reported at the next sync
                     launch.error = e
+                ev.emulator_python_begin(perf())
                 launch.done.set()
+                ev.emulator_python_end(perf())
                 continue
             t0 = ev.now()
             ok = True
             args = None
+            ts = getattr(launch.recipe, "backend", "fx") == "torchscript"
             try:
                 args = _args(launch)
-                launch.outputs = check_outputs(launch.recipe, launch.recipe.run(args), launch.srcs)
+                if ts:
+                    ev.emulator_python_end(perf())
+                try:
+                    out = launch.recipe.run(args)
+                finally:
+                    if ts:
+                        ev.emulator_python_begin(perf())
+                launch.outputs = check_outputs(launch.recipe, out, launch.srcs)
             except _FailedInput as e:       # an input is spoiled: its error, not a new one
                 ok = False
                 launch.error = e.error
@@ -270,6 +310,7 @@ class Stream:
                                                ok=ok))
             finally:
                 launch.done.set()
+                ev.emulator_python_end(perf())
 
 
 _streams: dict = {}

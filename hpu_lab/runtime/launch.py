@@ -3,7 +3,8 @@ queue it on a stream (lazy flushes, HPU Graph replays and torch.compile graphs a
 
 The order after another stream's launch is implicit (no ``wait_stream`` needed, a read is never too
 early); its ``Launch`` event names those launches (``waits_for``) so that the Gaudi clock starts the
-work after their modeled end, as it does after an explicit ``StreamWait``."""
+work after their modeled end, as it does after an explicit ``StreamWait``. A queued host-to-device
+copy (``executor.Copy``) is such a launch too: a recipe reading its buffer names it."""
 from __future__ import annotations
 
 from .. import events as ev
@@ -33,7 +34,8 @@ def launch_recipe(recipe, externals, stream: int, srcs=None):
     for inp in externals:
         src_launch = inp.launch
         if src_launch is not None and src_launch.stream != s.index:
-            if src_launch.recipe is not None and src_launch.id not in waits_for:
+            if (src_launch.recipe is not None or type(src_launch) is executor.Copy) and \
+                    src_launch.id not in waits_for:
                 # recorded even when it has finished here: on the Gaudi clock it may still run
                 waits_for.append(src_launch.id)
             if not src_launch.done.is_set():

@@ -1,0 +1,108 @@
+"""The host lane counts only the user's host time (issue 14, point 5; docs/gaudi_clock.md section 3).
+
+Time the user's thread spends off the CPU because the *emulator* made it wait is not "blocked outside
+hpu_lab": the interpreter lock held by a device stream's worker (its Python around each recipe, the
+observers of its events), autograd's device thread handing work back and forth inside backward(),
+waiting for a core. A real Gaudi host has none of these. Each test compares the model's blocked time
+with the time the emulator's own threads burnt: counts and the model, never wall time.
+"""
+import functools
+import subprocess
+import sys
+import time
+
+import torch
+
+from hpu_lab import events as ev
+from hpu_lab import perfmodel as pm
+from hpu_lab.examples import Net, train_step
+
+HPU = torch.device("hpu")
+
+
+def _seed_step(batch=200):
+    torch.manual_seed(0)
+    model = Net().to(HPU)
+    opt = torch.optim.Adadelta(model.parameters(), lr=0.1)
+    x, y = torch.randn(batch, 1, 28, 28), torch.randint(0, 10, (batch,))
+    return functools.partial(train_step, model, opt, x, y)
+
+
+def _record(step, n=12):
+    for _ in range(3):
+        step()
+    torch.hpu.synchronize()
+    with ev.Collector() as c:
+        for _ in range(n):
+            step()
+        torch.hpu.synchronize()
+    return c.events
+
+
+def test_the_device_threads_python_is_not_the_users_blocked_time():
+    """An observer of device executions (a panel's per-event work) runs on the stream's worker and
+    holds the interpreter lock 3 ms each time; the user's thread waits for it. That wait is the
+    emulator's, not the user's: it must not appear as host time blocked outside hpu_lab."""
+    step = _seed_step(64)
+    burnt = []
+
+    def heavy(e):
+        t = time.thread_time_ns()
+        while time.thread_time_ns() - t < 3_000_000:
+            pass
+        burnt.append(time.thread_time_ns() - t)
+    with ev.recorder.subscribe(heavy, kinds=[ev.DeviceExecution]):
+        events = _record(step)
+    r = pm.retime(events, "gaudi2")
+    held = sum(burnt[-24:])                      # the 12 recorded steps launch 24 recipes
+    assert len(burnt) >= 24 and held >= 24 * 3_000_000
+    # counted, the waits would be a good part of `held` (measured: 40-60% before the fix)
+    assert r.blocked_ns < 0.1 * held, (r.blocked_ns, held)
+
+
+def test_a_loop_without_waits_has_no_blocked_time_quiet_or_beside_a_burning_process():
+    """The seed loop waits for nothing outside hpu_lab: beside a CPU-burning process (the device
+    thread descheduled while it holds the interpreter lock, autograd's thread waiting for a core)
+    its modeled blocked time stays ~0, so host_ns is CPU time only; device spans and verdict match."""
+    step = _seed_step()
+    quiet = pm.retime(_record(step, n=30), "gaudi2")
+    burn = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        loaded = pm.retime(_record(step, n=30), "gaudi2")
+    finally:
+        burn.kill()
+        burn.wait()
+    for r in (quiet, loaded):
+        # measured before the fix: 15% of host_ns beside a burning process, up to 13% quiet. What
+        # may remain (rarely) is one wait of about the switch interval: the worker descheduled in
+        # the few microseconds of Python it runs unreported (in Recipe.run, before TorchScript)
+        switch = sys.getswitchinterval() * 1e9
+        assert r.blocked_ns <= max(0.03 * r.host_ns, 1.2 * switch), r
+    dev = lambda r: [(s.label, s.duration_ns) for lane, ss in sorted(r.spans.items()) if lane != "host" for s in ss]
+    assert dev(quiet) == dev(loaded) and quiet.verdict == loaded.verdict == "host-bound"
+
+
+def test_a_real_wait_is_still_counted_while_the_device_runs():
+    """A sleep in the user's loop (a data loader waiting for its workers) while the device stream
+    runs the previous step's recipes is the user's wait: counted in full."""
+    step = _seed_step(64)
+    a = torch.randn(512, 512).to(HPU)
+
+    def busy_device():                         # ~10 matmuls queued: the worker runs while we sleep
+        b = a
+        for _ in range(10):
+            b = b @ a
+        import hpu_lab.core as htcore
+        htcore.mark_step()
+    busy_device()
+    step()
+    torch.hpu.synchronize()
+    with ev.Collector() as c:
+        for _ in range(4):
+            busy_device()
+            time.sleep(0.03)
+            step()
+        torch.hpu.synchronize()
+    r = pm.retime(c.events, "gaudi2")
+    waits = sorted(e.duration_ns for e in r.events if isinstance(e, ev.HostWait))
+    assert len(waits) >= 4 and all(w >= 29_000_000 for w in waits[-4:]), waits
