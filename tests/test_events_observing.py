@@ -45,12 +45,26 @@ def test_kept_events_give_the_garbage_collector_nothing_to_walk(step):
     assert gc.is_tracked(e) and gc.is_tracked(vars(e))
 
 
-def _busy(ns):
-    """Burn ``ns`` of this thread's CPU time (not wall time: on a loaded machine the thread may be
-    preempted inside the loop, and the stamps count CPU time)."""
-    t = time.thread_time_ns()
-    while time.thread_time_ns() - t < ns:
+def _spin(n):
+    for _ in range(n):
         pass
+
+
+@functools.lru_cache(maxsize=None)
+def _spins_per_us():
+    """Loop iterations per microsecond of this thread's CPU, measured over ~20 ms of CPU time."""
+    n, t = 0, time.thread_time_ns()
+    while time.thread_time_ns() - t < 20_000_000:
+        _spin(1000)
+        n += 1000
+    return n * 1000 / (time.thread_time_ns() - t)
+
+
+def _busy(ns):
+    """Burn about ``ns`` of this thread's CPU time by a fixed amount of work: neither a wall-time loop
+    (preempted on a loaded machine, it burns less CPU) nor a thread-clock loop (each reading is a
+    system call, 2-70 us of wall time here: the "just now" window of an emit would be overrun)."""
+    _spin(int(ns / 1000 * _spins_per_us()))
 
 
 def _host_cpu_of(build_cost_after_end: bool, n=300, work_ns=8_000):
@@ -72,7 +86,7 @@ def test_building_an_event_is_not_the_users_host_time():
     live panel one event per op is built): like an observer's time it stays off the host lane."""
     user = _host_cpu_of(False)
     bookkeeping = _host_cpu_of(True)
-    assert user >= 299 * 8_000 * 0.9, user
+    assert user >= 299 * 8_000 * 0.6, user
     assert bookkeeping < 0.4 * user, (bookkeeping, user)
 
 
