@@ -181,7 +181,8 @@ class SectionPanel:
             self._quiet = False
         self._attached_at = time.perf_counter()
         self._next_allowed = self._attached_at + self.min_interval
-        self._handle = ev.subscribe(self._on_event)
+        # op events arrive in runs (events.op_accumulated): one extend a run, no check per op
+        self._handle = ev.subscribe(self._on_event, many=self._on_events)
         return self
 
     def detach(self) -> None:
@@ -189,6 +190,9 @@ class SectionPanel:
             self._handle.remove()
             self._handle = None
             self.stats["wall_s"] += time.perf_counter() - self._attached_at
+
+    def _on_events(self, es: list) -> None:
+        self.events.extend(es)              # a redraw waits for the next single event
 
     def _on_event(self, e: ev.Event) -> None:
         self.events.append(e)
@@ -228,6 +232,8 @@ class SectionPanel:
     def refresh(self, tabs: Optional[Sequence[str]] = None) -> None:
         """Redraw ``tabs`` (default: all) from the events collected so far."""
         t0 = time.perf_counter()
+        if self._handle is not None:
+            ev.flush()                      # the op events stamped so far (events.op_accumulated)
         events = list(self.events)          # a snapshot: the device thread may append meanwhile
         self._sync_controls(events)
         for name in (tabs or TABS):
