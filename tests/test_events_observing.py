@@ -105,3 +105,68 @@ def test_events_are_the_dataclasses_they_declare():
     assert ev.MarkStep(1, 2, "host", 0, "x.py:1", 3) == ev.MarkStep(1, 2, "host", 0, src="x.py:1", pending_nodes=3)
     assert list(vars(ev.MarkStep(1, 2, "host", 0, pending_nodes=3))) == [f.name for f in dataclasses.fields(ev.MarkStep)]
     assert dataclasses.replace(a, nbytes=8).nbytes == 8 and dataclasses.asdict(a)["pinned"] is True
+
+
+def _run(step, n):
+    for _ in range(n):
+        step()                       # the source line of every op of the step
+    torch.hpu.synchronize()
+
+
+def _facts(events):
+    return [(type(e).__name__, getattr(e, "op", ""), e.src)
+            for e in events if type(e) in (ev.OpAccumulated, ev.GraphBuilt, ev.MarkStep)]
+
+
+def test_op_events_come_in_runs_with_the_same_facts_and_order(step, monkeypatch):
+    """Op events are stamped as tuples and handed over in runs (events.op_accumulated): an
+    observer taking runs and one taking single events see the same events in the same order, one
+    per op the pending graph really took, before the events that follow them."""
+    singles, runs = [], []
+    with ev.subscribe(singles.append), ev.Collector() as c:
+        h = ev.subscribe(runs.append, many=lambda es: runs.append(list(es)))
+        _run(step, 3)
+        h.remove()
+    assert singles == c.events and all(a is b for a, b in zip(singles, c.events))
+    flat = [e for r in runs for e in (r if isinstance(r, list) else [r])]
+    assert len(flat) == len(singles) and all(a is b for a, b in zip(flat, singles))
+    # most op events came in runs (one call for many ops), not one call each
+    in_runs = sum(len(r) for r in runs if isinstance(r, list))
+    ops = [e for e in singles if type(e) is ev.OpAccumulated]
+    assert in_runs >= len(ops) // 2 and max(len(r) for r in runs if isinstance(r, list)) > 5
+    # the same events as one emit per op (the path taken when the thread clock is due): kinds,
+    # ops and source lines in the same order, step by step
+    assert len([e for e in singles if type(e) is ev.MarkStep]) == 6   # two mark_steps a step
+    facts = _facts(singles)
+    each = facts[:len(facts) // 3]
+    assert facts == each * 3 and sum(f[0] == "OpAccumulated" for f in each) > 40
+    monkeypatch.setattr(ev, "CPU_READ_NS", 0)
+    with ev.Collector() as one_by_one:
+        _run(step, 1)
+    assert _facts(one_by_one.events) == each
+    # every op names its op and the user's line; host stamps never go back in list order
+    assert all(e.op.startswith("aten::") and e.src and e.cpu_ns >= 0 and e.blocked_ns >= 0 for e in ops)
+    host = [e for e in singles if e.lane == "host"]
+    assert all(a.cpu_ns <= b.cpu_ns and a.blocked_ns <= b.blocked_ns for a, b in zip(host, host[1:]))
+    assert all(a.t_end <= b.t_end for a, b in zip(host, host[1:]))
+
+
+def test_op_events_are_there_when_read_and_muted_ops_reach_nobody():
+    """A Collector read before any other event has the ops so far; ops traced under muted() (what
+    perfmodel.estimate does) are never handed over, not even later."""
+    x = torch.randn(4, 4).to("hpu")
+    torch.hpu.synchronize()
+    with ev.Collector() as c:
+        y = (x + 1) * 2
+        assert [e.op for e in c.events] == ["aten::add", "aten::mul"]
+        with ev.recorder.muted():
+            z = y.relu()
+        w = y - 1
+        assert [e.op for e in c.of(ev.OpAccumulated)] == ["aten::add", "aten::mul", "aten::sub"]
+        torch.hpu.synchronize()
+    del z, w
+    assert [type(e) for e in c.events[:3]] == [ev.OpAccumulated] * 3 and type(c.events[3]) is not ev.OpAccumulated
+    late = ev.Collector().start()
+    ev.flush()
+    late.stop()
+    assert not late.events                     # nothing stamped before it subscribed
