@@ -676,9 +676,8 @@ class Recorder:
             d = {"t_start": t, "t_end": t, "lane": "host", "step": step, "cpu_ns": cpu,
                  "blocked_ns": blocked, "op": op, "shapes": (), "dtype": "", "src": src}
             setter(e, "__dict__", d)
-            untrack(e)                       # see _gc_untracker
-            untrack(d)
-            made.append(e)
+            untrack(e)                       # see _gc_untracker; a dict display of untracked values
+            made.append(e)                   # (numbers, strings, ()) is made untracked already
         many = self._many
         for fn in observers:
             m = many.get(fn)
