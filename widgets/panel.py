@@ -3,8 +3,8 @@
 The panel holds state only (the events, which graph and which steps are selected); every picture
 and table comes from the pure views (graph_view, timeline, recompiles, metrics_view, advisor).
 
-Live updates: while attached, each event is appended to ``panel.events``; on the main thread the
-panel redraws the *visible* tab when (1) at least ``min_interval`` seconds passed since the last
+Live updates: while attached, each event is appended to ``panel.events`` (op events a run at a
+time, in one extend: events.op_accumulated); on each other event, on the main thread, the panel redraws the *visible* tab when (1) at least ``min_interval`` seconds passed since the last
 redraw and (2) the time spent redrawing, counting the redraw about to happen (estimated from the
 slowest redraw of that tab so far), stays within ``budget`` (5%) of the time the section has run. So the
 overhead is bounded from the first redraw on: with a first guess of 0.25 s per redraw, a loop
