@@ -477,6 +477,11 @@ class Recorder:
         # step, cpu_ns, blocked_ns) in order; any emit, subscribe, remove or flush() hands them over
         self._ops: list = []
         self._many: dict = {}              # observer -> its function taking a list of op events
+        # held while a run of op events is handed over: an event emitted meanwhile (on another
+        # thread: the device thread may be the one handing them over) waits for the run, so that
+        # it never reaches an observer before the ops stamped before it. Reentrant: an observer may emit.
+        self._handing = threading.RLock()
+        self._handing_over = 0             # runs being handed over (nested: an observer emitted)
 
     def _gap_end(self, t: int) -> None:
         """now() on this thread, after a gap with no stamped host event: note where it ended."""
@@ -523,7 +528,7 @@ class Recorder:
         return bool(self._all) or bool(self._by_kind.get(kind))
 
     def emit(self, event: Event) -> None:
-        if self._ops:                        # the ops stamped before it come first
+        if self._ops or self._handing_over:  # the ops stamped before it come first
             self.flush()
         everyone, some = self._all, self._by_kind.get(type(event), ())
         if not everyone and not some:
@@ -663,8 +668,16 @@ class Recorder:
 
     def flush(self) -> None:
         """Hand the op events stamped so far (op_accumulated) to the observers listening now."""
-        if not self._ops:
+        if not self._ops and not self._handing_over:
             return
+        with self._handing:
+            self._handing_over += 1
+            try:
+                self._hand_over()
+            finally:
+                self._handing_over -= 1
+
+    def _hand_over(self) -> None:
         with self._host.lock:
             items, self._ops = self._ops, []
         if not items:

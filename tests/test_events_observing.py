@@ -170,3 +170,35 @@ def test_op_events_are_there_when_read_and_muted_ops_reach_nobody():
     ev.flush()
     late.stop()
     assert not late.events                     # nothing stamped before it subscribed
+
+
+def test_an_event_from_another_thread_waits_for_the_run_being_handed_over(monkeypatch):
+    """The thread that hands a run of op events over may not be the one that stamped them (any
+    emit hands them over first: the device thread's too). An event another thread emits meanwhile
+    reaches observers after the run, never inside or before it."""
+    import threading
+    monkeypatch.setattr(ev, "CPU_READ_NS", 10**15)       # no thread-clock reading due: ops go in runs
+    monkeypatch.setattr(ev, "BLOCKED_MIN_NS", 10**15)
+    seen, others = [], []
+
+    def take_run(es):
+        other = threading.Thread(target=lambda: ev.emit(ev.DeviceExecution(0, 0, "hpu:0", 0, launch_id=-7)))
+        other.start()
+        others.append(other)
+        other.join(0.2)                        # it waits for this run to be handed over
+        seen.append([e.op for e in es])
+
+    h = ev.subscribe(seen.append, many=take_run)
+    try:
+        for i in range(5):
+            ev.op_accumulated(f"aten::op{i}", "x.py:1")
+        ev.flush()
+        for t in others:
+            t.join(5)
+    finally:
+        h.remove()
+    ops = [o for x in seen for o in (x if isinstance(x, list) else [getattr(x, "op", None)]) if o]
+    assert ops == [f"aten::op{i}" for i in range(5)]
+    run = max(i for i, x in enumerate(seen) if isinstance(x, list))
+    late = [i for i, x in enumerate(seen) if isinstance(x, ev.DeviceExecution) and x.launch_id == -7]
+    assert len(late) == len(others) >= 1 and late[0] > run
