@@ -4,7 +4,10 @@ Every layer reports what it did as a small frozen dataclass appended to one proc
 recorder. Views (widgets, metrics, Chrome-trace export, the advisor) are observers: they
 subscribe with a function and get a handle to remove themselves; none of them reaches into
 runtime internals. Emitting is cheap when nobody listens: callers ask ``wants(Kind)`` first
-for the per-op kinds, so a plain script pays almost nothing.
+for the per-op kinds, so a plain script pays almost nothing. Op events (``OpAccumulated``, ~60 a
+training step) are stamped as tuples and handed over in runs, before the next event of any kind
+(``op_accumulated``): observers see the same events in the same order, and one that passes
+``many=`` to ``subscribe`` takes a run in one call.
 
 Times are ``time.perf_counter_ns()`` from one monotonic clock. ``lane`` is ``"host"`` or
 ``"hpu:<stream>"``. ``step`` is the number of mark_steps seen so far when the event began.
@@ -556,6 +559,15 @@ class Recorder:
         self._host = _HostClock()
         self._listening = False            # any observer at all (now() notes gap ends only then)
         self._gap_seen = -1                # the gap (host last_wall) whose end a thread has noted
+        # op events stamped but not yet handed to observers (see op_accumulated): (t, op, src,
+        # step, cpu_ns, blocked_ns) in order; any emit, subscribe, remove or flush() hands them over
+        self._ops: list = []
+        self._many: dict = {}              # observer -> its function taking a list of op events
+        # held while a run of op events is handed over: an event emitted meanwhile (on another
+        # thread: the device thread may be the one handing them over) waits for the run, so that
+        # it never reaches an observer before the ops stamped before it. Reentrant: an observer may emit.
+        self._handing = threading.RLock()
+        self._handing_over = 0             # runs being handed over (nested: an observer emitted)
 
     def _gap_end(self, t: int) -> None:
         """now() on this thread, after a gap with no stamped host event: note where it ended."""
@@ -571,9 +583,14 @@ class Recorder:
     def _update_listening(self) -> None:
         self._listening = bool(self._all) or any(self._by_kind.values())
 
-    def subscribe(self, fn: Observer, kinds=None) -> Handle:
-        """Call ``fn(event)`` for each event (of ``kinds`` only, if given)."""
+    def subscribe(self, fn: Observer, kinds=None, many=None) -> Handle:
+        """Call ``fn(event)`` for each event (of ``kinds`` only, if given). ``many``: a function
+        taking a list of events (``list.extend``), called instead of ``fn`` for a run of op events
+        handed over at once (see op_accumulated): one call instead of one per op."""
+        self.flush()                       # ops stamped before it subscribed are not its
         with self._lock:
+            if many is not None:
+                self._many[fn] = many
             if kinds is None:
                 self._all = self._all + (fn,)
             else:
@@ -583,7 +600,9 @@ class Recorder:
         return Handle(self, fn, None if kinds is None else tuple(kinds))
 
     def _remove(self, fn, kinds) -> None:
+        self.flush()                       # the ops stamped while it listened are its
         with self._lock:
+            self._many.pop(fn, None)
             if kinds is None:
                 self._all = tuple(f for f in self._all if f is not fn)
             else:
@@ -595,6 +614,8 @@ class Recorder:
         return bool(self._all) or bool(self._by_kind.get(kind))
 
     def emit(self, event: Event) -> None:
+        if self._ops or self._handing_over:  # the ops stamped before it come first
+            self.flush()
         everyone, some = self._all, self._by_kind.get(type(event), ())
         if not everyone and not some:
             return
@@ -713,6 +734,72 @@ class Recorder:
         self._host.last_wall = clock.last_end = _perf_ns()
         self._host.last_clock = clock
 
+    def op_accumulated(self, op: str, src: str) -> None:
+        """One ``OpAccumulated`` (an instant, now), for a caller that asked ``wants(OpAccumulated)``.
+
+        A live panel sees ~60 op events a training step; building each event object and calling
+        every observer for it cost more than the rest of the recording together (issue 14 point 5).
+        In the common case (the thread's previous stamp less than ``CPU_READ_NS`` ago, no gap: the
+        conditions of emit's short path) the op is stamped here exactly as emit would stamp it and
+        kept as a tuple; the events are built and handed to the observers in one go, in order,
+        before the next event of any kind (and on subscribe, remove, ``flush()``), so an observer
+        sees the same events in the same order with the same stamps. Otherwise it is emitted at
+        once (which reads the thread clock, measures a gap, refreshes the run-queue baseline).
+        Stamping and keeping the tuple are charged to the observers, as an emit's work is."""
+        t = _perf_ns()
+        clock = getattr(self._tls, "clock", None)
+        hc = self._host
+        if (clock is None or self._muted or clock.gap_end is not None or not clock.last_end <= t
+                or t - clock.last_end >= CPU_READ_NS or t - clock.read_at >= CPU_READ_NS
+                or t - clock.runq_at > BLOCKED_MIN_NS or t - hc.last_wall > BLOCKED_MIN_NS):
+            self.emit(OpAccumulated(t, t, "host", self.step, op=op, src=src))
+            return
+        mine = t - clock.last_end            # the user's CPU since this thread's previous stamp
+        clock.last_user += mine
+        with hc.lock:
+            hc.cpu = cpu = hc.cpu + mine
+            self._ops.append((t, op, src, self.step, cpu, hc.blocked))
+        end = _perf_ns()
+        clock.observers += end - t
+        hc.last_wall = clock.last_end = end
+
+    def flush(self) -> None:
+        """Hand the op events stamped so far (op_accumulated) to the observers listening now."""
+        if not self._ops and not self._handing_over:
+            return
+        with self._handing:
+            self._handing_over += 1
+            try:
+                self._hand_over()
+            finally:
+                self._handing_over -= 1
+
+    def _hand_over(self) -> None:
+        with self._host.lock:
+            items, self._ops = self._ops, []
+        if not items:
+            return
+        observers = self._all + self._by_kind.get(OpAccumulated, ())
+        if not observers:
+            return
+        new, setter, untrack = object.__new__, object.__setattr__, _untrack
+        made = []
+        for t, op, src, step, cpu, blocked in items:
+            e = new(OpAccumulated)
+            d = {"t_start": t, "t_end": t, "lane": "host", "step": step, "cpu_ns": cpu,
+                 "blocked_ns": blocked, "op": op, "shapes": (), "dtype": "", "src": src}
+            setter(e, "__dict__", d)
+            untrack(e)                       # see _gc_untracker; a dict display of untracked values
+            made.append(e)                   # (numbers, strings, ()) is made untracked already
+        many = self._many
+        for fn in observers:
+            m = many.get(fn)
+            if m is not None:
+                m(made)
+            else:
+                for e in made:
+                    fn(e)
+
     def host_clock(self) -> Tuple[int, int]:
         """(cpu_ns, blocked_ns) of the host lane now, on the scale of the stamps (includes the
         calling thread's CPU since its last stamp)."""
@@ -745,27 +832,41 @@ class _Muted:
 recorder = Recorder()
 
 
-def subscribe(fn: Observer, kinds=None) -> Handle:
-    """Call ``fn(event)`` for each event (of ``kinds`` only, if given). A recording starts only once
-    the background warm-up (warmup.py) is over: torch's import would be a blank second in it."""
+def subscribe(fn: Observer, kinds=None, many=None) -> Handle:
+    """Call ``fn(event)`` for each event (of ``kinds`` only, if given; ``many``: see
+    Recorder.subscribe). A recording starts only once the background warm-up (warmup.py) is over:
+    torch's import would be a blank second in it."""
     warmup.wait()
-    return recorder.subscribe(fn, kinds)
+    return recorder.subscribe(fn, kinds, many)
 
 
 wants = recorder.wants
 emit = recorder.emit
+op_accumulated = recorder.op_accumulated
+flush = recorder.flush
 
 
 class Collector:
     """Keeps every event in a list while active: ``with Collector() as c: ...; c.events``."""
 
     def __init__(self, kinds=None):
-        self.events: list = []
+        self._events: list = []
         self._kinds = kinds
         self._handle: Optional[Handle] = None
 
+    @property
+    def events(self) -> list:
+        """The events so far (op events stamped but not yet handed over are handed over first)."""
+        if self._handle is not None:
+            recorder.flush()
+        return self._events
+
+    @events.setter
+    def events(self, value: list) -> None:
+        self._events = value
+
     def start(self) -> "Collector":
-        self._handle = subscribe(self.events.append, self._kinds)
+        self._handle = subscribe(self._events.append, self._kinds, many=self._events.extend)
         return self
 
     def stop(self) -> None:

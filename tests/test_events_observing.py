@@ -121,3 +121,100 @@ def test_events_are_the_dataclasses_they_declare():
     assert ev.MarkStep(1, 2, "host", 0, "x.py:1", 3) == ev.MarkStep(1, 2, "host", 0, src="x.py:1", pending_nodes=3)
     assert list(vars(ev.MarkStep(1, 2, "host", 0, pending_nodes=3))) == [f.name for f in dataclasses.fields(ev.MarkStep)]
     assert dataclasses.replace(a, nbytes=8).nbytes == 8 and dataclasses.asdict(a)["pinned"] is True
+
+
+def _run(step, n):
+    for _ in range(n):
+        step()                       # the source line of every op of the step
+    torch.hpu.synchronize()
+
+
+def _facts(events):
+    return [(type(e).__name__, getattr(e, "op", ""), e.src)
+            for e in events if type(e) in (ev.OpAccumulated, ev.GraphBuilt, ev.MarkStep)]
+
+
+def test_op_events_come_in_runs_with_the_same_facts_and_order(step, monkeypatch):
+    """Op events are stamped as tuples and handed over in runs (events.op_accumulated): an
+    observer taking runs and one taking single events see the same events in the same order, one
+    per op the pending graph really took, before the events that follow them."""
+    singles, runs = [], []
+    with ev.subscribe(singles.append), ev.Collector() as c:
+        h = ev.subscribe(runs.append, many=lambda es: runs.append(list(es)))
+        _run(step, 3)
+        h.remove()
+    assert singles == c.events and all(a is b for a, b in zip(singles, c.events))
+    flat = [e for r in runs for e in (r if isinstance(r, list) else [r])]
+    assert len(flat) == len(singles) and all(a is b for a, b in zip(flat, singles))
+    # most op events came in runs (one call for many ops), not one call each
+    in_runs = sum(len(r) for r in runs if isinstance(r, list))
+    ops = [e for e in singles if type(e) is ev.OpAccumulated]
+    assert in_runs >= len(ops) // 2 and max(len(r) for r in runs if isinstance(r, list)) > 5
+    # the same events as one emit per op (the path taken when the thread clock is due): kinds,
+    # ops and source lines in the same order, step by step
+    assert len([e for e in singles if type(e) is ev.MarkStep]) == 6   # two mark_steps a step
+    facts = _facts(singles)
+    each = facts[:len(facts) // 3]
+    assert facts == each * 3 and sum(f[0] == "OpAccumulated" for f in each) > 40
+    monkeypatch.setattr(ev, "CPU_READ_NS", 0)
+    with ev.Collector() as one_by_one:
+        _run(step, 1)
+    assert _facts(one_by_one.events) == each
+    # every op names its op and the user's line; host stamps never go back in list order
+    assert all(e.op.startswith("aten::") and e.src and e.cpu_ns >= 0 and e.blocked_ns >= 0 for e in ops)
+    host = [e for e in singles if e.lane == "host"]
+    assert all(a.cpu_ns <= b.cpu_ns and a.blocked_ns <= b.blocked_ns for a, b in zip(host, host[1:]))
+    assert all(a.t_end <= b.t_end for a, b in zip(host, host[1:]))
+
+
+def test_op_events_are_there_when_read_and_muted_ops_reach_nobody():
+    """A Collector read before any other event has the ops so far; ops traced under muted() (what
+    perfmodel.estimate does) are never handed over, not even later."""
+    x = torch.randn(4, 4).to("hpu")
+    torch.hpu.synchronize()
+    with ev.Collector() as c:
+        y = (x + 1) * 2
+        assert [e.op for e in c.events] == ["aten::add", "aten::mul"]
+        with ev.recorder.muted():
+            z = y.relu()
+        w = y - 1
+        assert [e.op for e in c.of(ev.OpAccumulated)] == ["aten::add", "aten::mul", "aten::sub"]
+        torch.hpu.synchronize()
+    del z, w
+    assert [type(e) for e in c.events[:3]] == [ev.OpAccumulated] * 3 and type(c.events[3]) is not ev.OpAccumulated
+    late = ev.Collector().start()
+    ev.flush()
+    late.stop()
+    assert not late.events                     # nothing stamped before it subscribed
+
+
+def test_an_event_from_another_thread_waits_for_the_run_being_handed_over(monkeypatch):
+    """The thread that hands a run of op events over may not be the one that stamped them (any
+    emit hands them over first: the device thread's too). An event another thread emits meanwhile
+    reaches observers after the run, never inside or before it."""
+    import threading
+    monkeypatch.setattr(ev, "CPU_READ_NS", 10**15)       # no thread-clock reading due: ops go in runs
+    monkeypatch.setattr(ev, "BLOCKED_MIN_NS", 10**15)
+    seen, others = [], []
+
+    def take_run(es):
+        other = threading.Thread(target=lambda: ev.emit(ev.DeviceExecution(0, 0, "hpu:0", 0, launch_id=-7)))
+        other.start()
+        others.append(other)
+        other.join(0.2)                        # it waits for this run to be handed over
+        seen.append([e.op for e in es])
+
+    h = ev.subscribe(seen.append, many=take_run)
+    try:
+        for i in range(5):
+            ev.op_accumulated(f"aten::op{i}", "x.py:1")
+        ev.flush()
+        for t in others:
+            t.join(5)
+    finally:
+        h.remove()
+    ops = [o for x in seen for o in (x if isinstance(x, list) else [getattr(x, "op", None)]) if o]
+    assert ops == [f"aten::op{i}" for i in range(5)]
+    run = max(i for i, x in enumerate(seen) if isinstance(x, list))
+    late = [i for i, x in enumerate(seen) if isinstance(x, ev.DeviceExecution) and x.launch_id == -7]
+    assert len(late) == len(others) >= 1 and late[0] > run

@@ -3,8 +3,8 @@
 The panel holds state only (the events, which graph and which steps are selected); every picture
 and table comes from the pure views (graph_view, timeline, recompiles, metrics_view, advisor).
 
-Live updates: while attached, each event is appended to ``panel.events``; on the main thread the
-panel redraws the *visible* tab when (1) at least ``min_interval`` seconds passed since the last
+Live updates: while attached, each event is appended to ``panel.events`` (op events a run at a
+time, in one extend: events.op_accumulated); on each other event, on the main thread, the panel redraws the *visible* tab when (1) at least ``min_interval`` seconds passed since the last
 redraw and (2) the time spent redrawing, counting the redraw about to happen (estimated from the
 slowest redraw of that tab so far), stays within ``budget`` (5%) of the time the section has run. So the
 overhead is bounded from the first redraw on: with a first guess of 0.25 s per redraw, a loop
@@ -181,7 +181,8 @@ class SectionPanel:
             self._quiet = False
         self._attached_at = time.perf_counter()
         self._next_allowed = self._attached_at + self.min_interval
-        self._handle = ev.subscribe(self._on_event)
+        # op events arrive in runs (events.op_accumulated): one extend a run, no check per op
+        self._handle = ev.subscribe(self._on_event, many=self._on_events)
         return self
 
     def detach(self) -> None:
@@ -189,6 +190,9 @@ class SectionPanel:
             self._handle.remove()
             self._handle = None
             self.stats["wall_s"] += time.perf_counter() - self._attached_at
+
+    def _on_events(self, es: list) -> None:
+        self.events.extend(es)              # a redraw waits for the next single event
 
     def _on_event(self, e: ev.Event) -> None:
         self.events.append(e)
@@ -228,6 +232,8 @@ class SectionPanel:
     def refresh(self, tabs: Optional[Sequence[str]] = None) -> None:
         """Redraw ``tabs`` (default: all) from the events collected so far."""
         t0 = time.perf_counter()
+        if self._handle is not None:
+            ev.flush()                      # the op events stamped so far (events.op_accumulated)
         events = list(self.events)          # a snapshot: the device thread may append meanwhile
         self._sync_controls(events)
         for name in (tabs or TABS):

@@ -13,7 +13,9 @@ The garbage collector's time is reported: a full collection walks every object o
 of the kernel's), so it lands in whichever loop tips the count, and a loop that keeps many objects
 (a recording's events, if the collector tracked them) brings them on more often: the totals over
 all rounds, per kind of loop, show it where a median would not; so does the ratio of total CPU
-times. One round is run first and reported apart: the kernel's first panel pays one-time imports
+times. Each loop starts right after a full collection (``gc.collect()``, outside the timing), so
+that a collection the previous cell made due does not land in whichever loop comes next: a loop
+pays for the collections its own allocations bring on. One round is run first and reported apart: the kernel's first panel pays one-time imports
 (matplotlib's start-up, ~1 s) that no later section pays.
 """
 from __future__ import annotations
@@ -50,6 +52,7 @@ def _gc_hook(phase, info):
 gc.callbacks.append(_gc_hook)
 
 def _plain(n):
+    gc.collect()            # each loop starts with nothing pending: it pays only the collections it brings on
     _gc[:2] = [0.0, 0]
     t, c = time.perf_counter(), time.process_time()
     for _ in range(n):
@@ -58,6 +61,7 @@ def _plain(n):
     return time.perf_counter() - t, time.process_time() - c, _gc[0], _gc[1]
 
 def _panel(n):
+    gc.collect()
     _gc[:2] = [0.0, 0]
     t, c = time.perf_counter(), time.process_time()
     with widgets.section("bench: panel overhead"):
