@@ -762,6 +762,7 @@ class Recorder:
         end = _perf_ns()
         clock.observers += end - t
         hc.last_wall = clock.last_end = end
+        hc.last_clock = clock            # as emit's short path: the thread that stamped last
 
     def flush(self) -> None:
         """Hand the op events stamped so far (op_accumulated) to the observers listening now."""
