@@ -614,14 +614,18 @@ class Recorder:
         return bool(self._all) or bool(self._by_kind.get(kind))
 
     def emit(self, event: Event) -> None:
-        if self._ops or self._handing_over:  # the ops stamped before it come first
-            self.flush()
+        # The op events stamped before it (op_accumulated) reach the observers first: handed over
+        # after this event is stamped, just before it is delivered, so that the hand-over (the
+        # observers' work on a whole run) is charged to the observers, not to the user's host time.
+        # An event nobody observes hands nothing over: no observer can see it out of order.
         everyone, some = self._all, self._by_kind.get(type(event), ())
         if not everyone and not some:
             return
         if event.lane != "host":             # device events are re-timed by the model, not stamped
             _untrack(event)                  # observers may keep it: see _gc_untracker
             _untrack(event.__dict__)
+            if self._ops or self._handing_over:
+                self.flush()
             for fn in everyone:
                 fn(event)
             for fn in some:
@@ -652,6 +656,8 @@ class Recorder:
             d["cpu_ns"], d["blocked_ns"] = cpu, blocked
             _untrack(event)
             _untrack(d)
+            if self._ops or self._handing_over:
+                self.flush()
             for fn in everyone:
                 fn(event)
             for fn in some:
@@ -712,6 +718,8 @@ class Recorder:
             d["cpu_ns"], d["blocked_ns"] = hc.cpu, hc.blocked    # frozen: set past __setattr__
         _untrack(event)                      # observers may keep it: see _gc_untracker
         _untrack(d)                          # its fields (a dict: see _record)
+        if self._ops or self._handing_over:
+            self.flush()
         for fn in everyone:
             fn(event)
         for fn in some:

@@ -218,3 +218,31 @@ def test_an_event_from_another_thread_waits_for_the_run_being_handed_over(monkey
     run = max(i for i, x in enumerate(seen) if isinstance(x, list))
     late = [i for i, x in enumerate(seen) if isinstance(x, ev.DeviceExecution) and x.launch_id == -7]
     assert len(late) == len(others) >= 1 and late[0] > run
+
+
+def test_handing_over_a_run_of_op_events_is_the_observers_time():
+    """Op events are handed to observers in runs, at the next event; an observer's work on the run
+    (here 200 us an op, a live view) must be charged to the observers, like its work on any event,
+    not to the user's host time stamped on the event that brought the run."""
+    def heavy(e):
+        t = time.thread_time_ns()
+        while time.thread_time_ns() - t < 200_000:
+            pass
+    _spins_per_us()                          # calibrated before, not inside, the recording
+    for _ in range(3):                       # the first ops after a pause are emitted one by one
+        with ev.Collector() as c, ev.recorder.subscribe(heavy, kinds=[ev.OpAccumulated]):
+            ev.emit(ev.MarkStep(ev.now(), ev.now(), "host", ev.recorder.step))
+            for _ in range(50):
+                _busy(8_000)
+                ev.op_accumulated("aten::add", "")
+            kept = len(ev.recorder._ops)
+            _busy(8_000)
+            t = ev.now()
+            ev.emit(ev.MarkStep(t, t, "host", ev.recorder.step))
+        if kept == 50:
+            break
+    assert kept == 50                        # the run path was taken (else this test tests nothing)
+    marks = [e for e in c.events if isinstance(e, ev.MarkStep)]
+    assert sum(isinstance(e, ev.OpAccumulated) for e in c.events) == 50
+    user = marks[-1].cpu_ns - marks[0].cpu_ns
+    assert 51 * 8_000 * 0.6 <= user < 50 * 200_000 / 5, user    # the observers' 10 ms stay out
