@@ -1,4 +1,7 @@
 """Helpers the tests import (``from helpers import counts``); conftest.py keeps the fixtures only."""
+import torch
+
+from hpu_lab import events as ev
 from hpu_lab import metrics
 
 
@@ -14,3 +17,16 @@ def stamped(*events, step_ns=1_000):
         object.__setattr__(e, "cpu_ns", k * step_ns)
         object.__setattr__(e, "blocked_ns", 0)
     return list(events)
+
+
+def recorded(step, n=12, warm=3):
+    """The events of ``n`` calls of ``step`` after ``warm`` unrecorded ones (compiles done), device
+    work included (synchronized before the recording ends)."""
+    for _ in range(warm):
+        step()
+    torch.hpu.synchronize()
+    with ev.Collector() as c:
+        for _ in range(n):
+            step()
+        torch.hpu.synchronize()
+    return c.events

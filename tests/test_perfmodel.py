@@ -17,7 +17,7 @@ from hpu_lab.examples import Net, train_step      # seed 000
 from hpu_lab.perfmodel import cost
 from hpu_lab.runtime import executor
 
-from helpers import stamped
+from helpers import recorded as record, stamped
 
 HPU = torch.device("hpu")
 
@@ -28,17 +28,6 @@ def seed_setup(batch=200):
     opt = torch.optim.Adadelta(model.parameters(), lr=0.1)
     x, y = torch.randn(batch, 1, 28, 28), torch.randint(0, 10, (batch,))
     return model, opt, functools.partial(train_step, model, opt, x, y)
-
-
-def record(step, n=12, warm=3):
-    for _ in range(warm):
-        step()
-    torch.hpu.synchronize()
-    with ev.Collector() as c:
-        for _ in range(n):
-            step()
-        torch.hpu.synchronize()
-    return c.events
 
 
 # ------------------------------------------------------------------ cards and configuration

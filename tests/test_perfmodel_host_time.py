@@ -17,6 +17,8 @@ from hpu_lab import events as ev
 from hpu_lab import perfmodel as pm
 from hpu_lab.examples import Net, train_step
 
+from helpers import recorded
+
 HPU = torch.device("hpu")
 
 
@@ -26,17 +28,6 @@ def _seed_step(batch=200):
     opt = torch.optim.Adadelta(model.parameters(), lr=0.1)
     x, y = torch.randn(batch, 1, 28, 28), torch.randint(0, 10, (batch,))
     return functools.partial(train_step, model, opt, x, y)
-
-
-def _record(step, n=12):
-    for _ in range(3):
-        step()
-    torch.hpu.synchronize()
-    with ev.Collector() as c:
-        for _ in range(n):
-            step()
-        torch.hpu.synchronize()
-    return c.events
 
 
 def test_the_device_threads_python_is_not_the_users_blocked_time():
@@ -52,7 +43,7 @@ def test_the_device_threads_python_is_not_the_users_blocked_time():
             pass
         burnt.append(time.thread_time_ns() - t)
     with ev.recorder.subscribe(heavy, kinds=[ev.DeviceExecution]):
-        events = _record(step)
+        events = recorded(step)
     r = pm.retime(events, "gaudi2")
     held = sum(burnt[-24:])                      # the 12 recorded steps launch 24 recipes
     assert len(burnt) >= 24 and held >= 24 * 3_000_000
@@ -65,10 +56,10 @@ def test_a_loop_without_waits_has_no_blocked_time_quiet_or_beside_a_burning_proc
     thread descheduled while it holds the interpreter lock, autograd's thread waiting for a core)
     its modeled blocked time stays ~0, so host_ns is CPU time only; device spans and verdict match."""
     step = _seed_step()
-    quiet = pm.retime(_record(step, n=30), "gaudi2")
+    quiet = pm.retime(recorded(step, n=30), "gaudi2")
     burn = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
-        loaded = pm.retime(_record(step, n=30), "gaudi2")
+        loaded = pm.retime(recorded(step, n=30), "gaudi2")
     finally:
         burn.kill()
         burn.wait()
