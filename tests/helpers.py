@@ -1,8 +1,11 @@
 """Helpers the tests import (``from helpers import counts``); conftest.py keeps the fixtures only."""
+import functools
+
 import torch
 
-from hpu_lab import events as ev
 from hpu_lab import metrics
+from hpu_lab.examples import Net, train_step
+from hpu_lab.perfmodel import record_steps
 
 
 def counts(name):
@@ -20,13 +23,14 @@ def stamped(*events, step_ns=1_000):
 
 
 def recorded(step, n=12, warm=3):
-    """The events of ``n`` calls of ``step`` after ``warm`` unrecorded ones (compiles done), device
-    work included (synchronized before the recording ends)."""
-    for _ in range(warm):
-        step()
-    torch.hpu.synchronize()
-    with ev.Collector() as c:
-        for _ in range(n):
-            step()
-        torch.hpu.synchronize()
-    return c.events
+    """The events of ``n`` steps after ``warm`` unrecorded ones (``perfmodel.record_steps``)."""
+    return record_steps(step, n, warm)
+
+
+def seed_setup(batch=200):
+    """Seed 000's model, optimizer and one training step on hpu (``step()``), seeded."""
+    torch.manual_seed(0)
+    model = Net().to("hpu")
+    opt = torch.optim.Adadelta(model.parameters(), lr=0.1)
+    x, y = torch.randn(batch, 1, 28, 28), torch.randint(0, 10, (batch,))
+    return model, opt, functools.partial(train_step, model, opt, x, y)

@@ -2,7 +2,6 @@
 
 Every assertion is on the model (deterministic) or on counts; none on wall time.
 """
-import functools
 import subprocess
 import sys
 import time
@@ -13,21 +12,12 @@ import torch
 import hpu_lab
 import hpu_lab.core as htcore
 from hpu_lab import config, events as ev, lazy, perfmodel as pm
-from hpu_lab.examples import Net, train_step      # seed 000
 from hpu_lab.perfmodel import cost
 from hpu_lab.runtime import executor
 
-from helpers import recorded as record, stamped
+from helpers import recorded as record, seed_setup, stamped
 
 HPU = torch.device("hpu")
-
-
-def seed_setup(batch=200):
-    torch.manual_seed(0)
-    model = Net().to(HPU)
-    opt = torch.optim.Adadelta(model.parameters(), lr=0.1)
-    x, y = torch.randn(batch, 1, 28, 28), torch.randint(0, 10, (batch,))
-    return model, opt, functools.partial(train_step, model, opt, x, y)
 
 
 # ------------------------------------------------------------------ cards and configuration

@@ -6,7 +6,6 @@ observers of its events), autograd's device thread handing work back and forth i
 waiting for a core. A real Gaudi host has none of these. Each test compares the model's blocked time
 with the time the emulator's own threads burnt: counts and the model, never wall time.
 """
-import functools
 import subprocess
 import sys
 import time
@@ -15,26 +14,17 @@ import torch
 
 from hpu_lab import events as ev
 from hpu_lab import perfmodel as pm
-from hpu_lab.examples import Net, train_step
 
-from helpers import recorded
+from helpers import recorded, seed_setup
 
 HPU = torch.device("hpu")
-
-
-def _seed_step(batch=200):
-    torch.manual_seed(0)
-    model = Net().to(HPU)
-    opt = torch.optim.Adadelta(model.parameters(), lr=0.1)
-    x, y = torch.randn(batch, 1, 28, 28), torch.randint(0, 10, (batch,))
-    return functools.partial(train_step, model, opt, x, y)
 
 
 def test_the_device_threads_python_is_not_the_users_blocked_time():
     """An observer of device executions (a panel's per-event work) runs on the stream's worker and
     holds the interpreter lock 3 ms each time; the user's thread waits for it. That wait is the
     emulator's, not the user's: it must not appear as host time blocked outside hpu_lab."""
-    step = _seed_step(64)
+    step = seed_setup(64)[2]
     burnt = []
 
     def heavy(e):
@@ -55,7 +45,7 @@ def test_a_loop_without_waits_has_no_blocked_time_quiet_or_beside_a_burning_proc
     """The seed loop waits for nothing outside hpu_lab: beside a CPU-burning process (the device
     thread descheduled while it holds the interpreter lock, autograd's thread waiting for a core)
     its modeled blocked time stays ~0, so host_ns is CPU time only; device spans and verdict match."""
-    step = _seed_step()
+    step = seed_setup()[2]
     quiet = pm.retime(recorded(step, n=30), "gaudi2")
     burn = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
@@ -76,7 +66,7 @@ def test_a_loop_without_waits_has_no_blocked_time_quiet_or_beside_a_burning_proc
 def test_a_real_wait_is_still_counted_while_the_device_runs():
     """A sleep in the user's loop (a data loader waiting for its workers) while the device stream
     runs the previous step's recipes is the user's wait: counted in full."""
-    step = _seed_step(64)
+    step = seed_setup(64)[2]
     a = torch.randn(512, 512).to(HPU)
 
     def busy_device():                         # ~10 matmuls queued: the worker runs while we sleep

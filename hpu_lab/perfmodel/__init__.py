@@ -19,7 +19,7 @@ from .cost import EFFICIENCY, RecipeCost, collective_ns, copy_ns, recipe_cost
 from .estimate import Estimate, EstimateError
 from .timeline import Retimed, Span
 
-__all__ = ["DEVICES", "Card", "card", "retime", "estimate", "estimate_report", "recipe_cost", "copy_ns",
+__all__ = ["DEVICES", "Card", "card", "retime", "record_steps", "estimate", "estimate_report", "recipe_cost", "copy_ns",
            "collective_ns", "EFFICIENCY", "Retimed", "Span", "Estimate", "EstimateError"]
 
 
@@ -40,6 +40,22 @@ def retime(events: Sequence, device: Union[str, Card, None] = None, fusion: bool
     fused nothing."""
     from .timeline import retime as _retime
     return _retime(events, card(device), fusion=fusion)
+
+
+def record_steps(step, steps: int, warm: int = 3) -> list:
+    """The events of ``steps`` calls of ``step()`` after ``warm`` unrecorded ones (so the recipes are
+    compiled), the device work included (synchronized before the recording ends): what ``retime``
+    re-times as a steady training loop."""
+    import torch
+    from .. import events as ev
+    for _ in range(warm):
+        step()
+    torch.hpu.synchronize()
+    with ev.Collector() as c:
+        for _ in range(steps):
+            step()
+        torch.hpu.synchronize()
+    return c.events
 
 
 def estimate_report(fn, *args, device: Union[str, Card, None] = None, fusion: bool = True, **kwargs) -> Estimate:

@@ -142,8 +142,7 @@ def whatif_rows(steps: int = 12) -> List[dict]:
     import torch.nn as nn
     import torch.nn.functional as F
     import hpu_lab.core as htcore
-    from .. import events as ev
-    from . import retime
+    from . import record_steps, retime
     torch.manual_seed(0)
     model = nn.Sequential(nn.Flatten(), nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 10),
                           nn.LogSoftmax(dim=1)).to("hpu")
@@ -157,16 +156,10 @@ def whatif_rows(steps: int = 12) -> List[dict]:
         htcore.mark_step()
         opt.step()
         htcore.mark_step()
-    for _ in range(3):
-        step()
-    torch.hpu.synchronize()
-    with ev.Collector() as c:
-        for _ in range(steps):
-            step()
-        torch.hpu.synchronize()
+    events = record_steps(step, steps)
     rows = []
     for name, card in DEVICES.items():
-        r = retime(c.events, card)
+        r = retime(events, card)
         rows.append({"card": card.device_name, "host ms/step": round(r.host_ns / steps / 1e6, 3),
                      "device ms/step": round(r.device_busy_ns / steps / 1e6, 3),
                      "device idle": f"{r.device_idle_fraction:.0%}", "verdict": r.verdict})
