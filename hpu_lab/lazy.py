@@ -580,6 +580,16 @@ _ON_ALIASES: dict = {}     # one node op per (op, views, storage layout): op key
 _CPU_AGREES: set = set()   # calls (views, layouts, dtypes, numbers) CPU's checks let through
 
 
+def _cpu_checks_once(verdict, check) -> None:
+    """Run CPU's checks (``check()``, which raises CPU's error) once per such call: they read only
+    layouts, dtypes and numbers, all in ``verdict``."""
+    if verdict not in _CPU_AGREES:
+        check()
+        if len(_CPU_AGREES) > 4096:
+            _CPU_AGREES.clear()
+        _CPU_AGREES.add(verdict)
+
+
 def inplace_on_aliases(func, args, kwargs, w, keys):
     """An in-place op writing ``args[w]`` while reading the same memory through the args ``keys``
     (aliasing.py): CPU's overlap check decides now; then one node runs CPU's kernel on views of a
@@ -593,11 +603,8 @@ def inplace_on_aliases(func, args, kwargs, w, keys):
     if op is None:
         op = _ON_ALIASES[ok] = InplaceOnAliases(func, views, st.size, st.stride)
     verdict = (ok, aliasing.describe(args), aliasing.describe(tuple(kwargs.items())))
-    if verdict not in _CPU_AGREES:    # CPU's checks read layouts, dtypes and numbers: once per such call
-        aliasing.check_like_cpu(func, args, kwargs, keys, w, storage_extent(st.size, st.stride))
-        if len(_CPU_AGREES) > 4096:
-            _CPU_AGREES.clear()
-        _CPU_AGREES.add(verdict)
+    _cpu_checks_once(verdict, lambda: aliasing.check_like_cpu(func, args, kwargs, keys, w,
+                                                             storage_extent(st.size, st.stride)))
     if _trace is not None:
         _trace[0](t)
     if S.capture is not None and not _full(t):
@@ -651,12 +658,8 @@ def inplace_on_storages(func, args, kwargs, targets, slots):
     if op is None:
         op = _ON_ALIASES[ok] = InplaceOnStorages(func, layouts, views)
     verdict = (ok, aliasing.describe(args), aliasing.describe(tuple(kwargs.items())))
-    if verdict not in _CPU_AGREES:
-        aliasing.check_storages_like_cpu(func, args, kwargs, placed,
-                                         [(storage_extent(st.size, st.stride), st.dtype) for st in stores])
-        if len(_CPU_AGREES) > 4096:
-            _CPU_AGREES.clear()
-        _CPU_AGREES.add(verdict)
+    _cpu_checks_once(verdict, lambda: aliasing.check_storages_like_cpu(
+        func, args, kwargs, placed, [(storage_extent(st.size, st.stride), st.dtype) for st in stores]))
     name = ops.op_name(func)
     for t in flat:
         if _trace is not None:
