@@ -1,6 +1,13 @@
 """Reference models for the Gaudi clock's validation, written here (torchvision does not load
-beside this torch build; transformers is not a dependency): ResNet-50 v1.5 and BERT (Base/Large)
-with a SQuAD head or a masked-LM head, as plain nn.Modules.
+beside this torch build; transformers is not a dependency): ResNet-50 v1.5 and the BERT family
+(BERT Base/Large, RoBERTa Base/Large, DistilBERT, ALBERT large-v2 / xxlarge-v1) with a SQuAD head
+or a masked-LM head, as plain nn.Modules. The BERT variants differ only in what costs differently
+on a device: the sizes, the embeddings (RoBERTa: 50,265 words, one segment; DistilBERT: no
+segment embedding; ALBERT: 128-wide embeddings projected to the hidden size), ALBERT's one layer
+shared by all depths (one set of weights for the optimizer, gradients summed over the uses), the
+activation (ALBERT v2: tanh-approximated GELU) and dropout (as each checkpoint's config.json has it:
+0.1 for BERT, RoBERTa, DistilBERT, plus DistilBERT's dropout before its QA head; none for
+albert-large-v2 and albert-xxlarge-v1).
 
 They are built on the meta device and moved to "hpu" with ``to_empty``: parameters are device
 buffers that are never filled, which is all ``perfmodel.estimate`` needs (it traces, it does not
@@ -82,9 +89,9 @@ class KeepMask(nn.Module):
 
 
 class BertLayer(nn.Module):
-    def __init__(self, hidden, heads, ffn):
+    def __init__(self, hidden, heads, ffn, act="none"):
         super().__init__()
-        self.heads = heads
+        self.heads, self.act = heads, act         # act: F.gelu's approximate ("tanh": ALBERT v2's gelu_new)
         self.drop_att, self.drop_out, self.drop_ffn = KeepMask(), KeepMask(), KeepMask()
         self.qkv = nn.Linear(hidden, 3 * hidden)
         self.out = nn.Linear(hidden, hidden)
@@ -100,7 +107,7 @@ class BertLayer(nn.Module):
         att = self.drop_att(torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(d), dim=-1))
         ctx = (att @ v).transpose(1, 2).reshape(b, s, h)
         x = self.ln1(x + self.drop_out(self.out(ctx)))
-        return self.ln2(x + self.drop_ffn(self.ff2(F.gelu(self.ff1(x)))))
+        return self.ln2(x + self.drop_ffn(self.ff2(F.gelu(self.ff1(x), approximate=self.act))))
 
 
 class Bert(nn.Module):
@@ -108,28 +115,46 @@ class Bert(nn.Module):
     head: dense + GELU + LayerNorm, then vocabulary logits of ``predictions`` positions per
     sequence: max_predictions_per_seq, 20 for phase 1 and 80 for phase 2 of the reference
     pretraining, taken as the first positions (the cost is the same); Hugging Face's
-    BertForMaskedLM computes the logits of every position: ``predictions=seq``)."""
+    BertForMaskedLM computes the logits of every position: ``predictions=seq``).
+
+    The variants: ``segments`` token-type embeddings (0: none), ``embed`` the width of ALBERT's
+    factorized embeddings (projected to ``hidden``; None: ``hidden``), ``shared`` one layer applied
+    ``layers`` times (ALBERT), ``act`` the GELU approximation, ``head_dropout`` a dropout before the
+    SQuAD head (DistilBERT's qa_dropout)."""
 
     def __init__(self, layers=24, hidden=1024, heads=16, ffn=4096, vocab=30522, max_pos=512, head="squad",
-                 predictions=20):
+                 predictions=20, segments=2, embed=None, shared=False, act="none", head_dropout=False):
         super().__init__()
-        self.word = nn.Embedding(vocab, hidden)
-        self.pos = nn.Embedding(max_pos, hidden)
-        self.segment = nn.Embedding(2, hidden)
-        self.ln = nn.LayerNorm(hidden)
+        width = embed or hidden
+        self.word = nn.Embedding(vocab, width)
+        self.pos = nn.Embedding(max_pos, width)
+        self.segment = nn.Embedding(segments, width) if segments else None
+        self.ln = nn.LayerNorm(width)
         self.drop = KeepMask()
-        self.layers = nn.ModuleList(BertLayer(hidden, heads, ffn) for _ in range(layers))
+        self.project = nn.Linear(width, hidden) if embed else None
+        if shared:
+            self.layers = nn.ModuleList([BertLayer(hidden, heads, ffn, act)] * layers)
+        else:
+            self.layers = nn.ModuleList(BertLayer(hidden, heads, ffn, act) for _ in range(layers))
         self.head_kind, self.predictions = head, predictions
+        self.head_drop = KeepMask() if head_dropout else None
         if head == "pretrain":
             self.transform, self.transform_ln = nn.Linear(hidden, hidden), nn.LayerNorm(hidden)
         self.head = nn.Linear(hidden, 2 if head == "squad" else vocab)
 
     def forward(self, ids, pos, types):
-        x = self.drop(self.ln(self.word(ids) + self.pos(pos) + self.segment(types)))
+        x = self.word(ids) + self.pos(pos)
+        if self.segment is not None:
+            x = x + self.segment(types)
+        x = self.drop(self.ln(x))
+        if self.project is not None:
+            x = self.project(x)
         for layer in self.layers:
             x = layer(x)
         if self.head_kind == "pretrain":
             x = self.transform_ln(F.gelu(self.transform(x[:, :self.predictions])))
+        if self.head_drop is not None:
+            x = self.head_drop(x)
         return self.head(x)
 
     def keep_masks(self, batch: int, seq: int, device="hpu"):
@@ -137,7 +162,9 @@ class Bert(nn.Module):
         one for the hidden states (shared by all layers: the cost is the same)."""
         att = torch.empty(batch, self.layers[0].heads, seq, seq, dtype=torch.bool, device=device)
         hid = torch.empty(batch, seq, self.head.in_features, dtype=torch.bool, device=device)
-        self.drop.keep = hid
+        self.drop.keep = torch.empty(batch, seq, self.ln.normalized_shape[0], dtype=torch.bool, device=device)
+        if self.head_drop is not None:
+            self.head_drop.keep = hid
         for layer in self.layers:
             layer.drop_att.keep, layer.drop_out.keep, layer.drop_ffn.keep = att, hid, hid
 
@@ -148,6 +175,27 @@ def bert_large(**kw) -> Bert:
 
 def bert_base(**kw) -> Bert:
     return Bert(12, 768, 12, 3072, **kw)
+
+
+# the Hugging Face checkpoints' config.json sizes
+def roberta_large(**kw) -> Bert:
+    return Bert(24, 1024, 16, 4096, vocab=50265, max_pos=514, segments=1, **kw)
+
+
+def roberta_base(**kw) -> Bert:
+    return Bert(12, 768, 12, 3072, vocab=50265, max_pos=514, segments=1, **kw)
+
+
+def distilbert_base(**kw) -> Bert:
+    return Bert(6, 768, 12, 3072, segments=0, head_dropout=True, **kw)
+
+
+def albert_large_v2(**kw) -> Bert:
+    return Bert(24, 1024, 16, 4096, vocab=30000, embed=128, shared=True, act="tanh", **kw)
+
+
+def albert_xxlarge_v1(**kw) -> Bert:
+    return Bert(12, 4096, 64, 16384, vocab=30000, embed=128, shared=True, **kw)
 
 
 # ------------------------------------------------------------------ training steps (for estimate)
