@@ -28,10 +28,10 @@ from .cards import DEVICES
 
 OPTIMUM_HABANA = ("[OH] Intel, Hugging Face Optimum Habana training performance (Gaudi 2, Optimum Habana 1.12.1), "
                   "https://www.intel.com/content/dam/develop/public/us/en/include/gaudi/huggingface-optimumhabana-tp.html")
-OH_BASELINES = ("[OHB] Hugging Face / Intel, optimum-habana test baselines (tests/baselines/<model>.json, \"gaudi2\" -> "
-                "\"squad\" -> \"multi_card\": train_samples_per_second of run_qa.py on 8 Gaudi 2, seq 384, lazy mode, "
-                "throughput_warmup_steps 3), tag v1.12.1 (commit 820901ce, validated for SynapseAI 1.16), "
-                "https://github.com/huggingface/optimum-habana/tree/v1.12.1/tests/baselines")
+OH_BASELINES = ("[OHB] Hugging Face / Intel, optimum-habana test baselines (tests/baselines/<model>.json, "
+                "\"gaudi2\" -> \"squad\" -> \"multi_card\": train_samples_per_second of run_qa.py on 8 Gaudi 2, "
+                "seq 384, lazy mode, throughput_warmup_steps 3), tag v1.12.1 (commit 820901ce, validated for "
+                "SynapseAI 1.16), https://github.com/huggingface/optimum-habana/tree/v1.12.1/tests/baselines")
 REFERENCE_MODELS = ("[RM] Intel, Gaudi reference models training performance (first-gen Gaudi), "
                     "https://intel.com/content/dam/develop/public/us/en/include/gaudi/gaudi-reference-models-tp.html")
 HF_GAUDI2_BLOG = ("[HB] R. Pierrard (Hugging Face), \"Faster Training and Inference: Habana Gaudi-2 vs Nvidia A100 80GB\", "
