@@ -6,13 +6,15 @@ treats ``scale_result`` differently; Gaudi 2/3 take any layout and compute
 to ``out_dtype`` (``self``'s dtype if None). Here: the fp8 operands are widened to float32 (exact),
 multiplied and scaled in float32, and the result rounded once (fp8: round to nearest even,
 saturating as torch's cast; Gaudi's MME accumulates in its own order, so a long inner dimension may
-differ from this in the last bit).
+differ from this in the last bit). First-gen Gaudi has no FP8 (the bridge's ``device_supports_fp8``
+is Gaudi 2 / Gaudi 3 only): with ``HPU_LAB_DEVICE=gaudi`` it fails as the bridge's FP8 ops do.
 """
 from __future__ import annotations
 
 import torch
 
-from . import route
+from . import config, route
+from .perfmodel.cards import DEVICES
 
 aten = torch.ops.aten
 _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -31,6 +33,8 @@ def _scaled_mm(func, args, kwargs):
     v = {a.name: a.default_value for a in func._schema.arguments}
     v.update(zip(names, args))
     v.update(kwargs)
+    if not DEVICES[config.get("HPU_LAB_DEVICE")].fp8:
+        raise RuntimeError("FP8 data type is not available on this device.")
     a, b = v["self"], v["mat2"]
     if a.dim() != 2 or b.dim() != 2:
         raise RuntimeError(f"_scaled_mm: expected 2-D matrices, got {a.dim()}-D and {b.dim()}-D")

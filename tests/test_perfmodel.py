@@ -36,7 +36,9 @@ def test_cards_and_device_name():
     assert g2.mme_rate("bfloat16") == 432e12 and g3.mme_rate("bfloat16") == 1835e12
     # FP8 matrix peaks [HC24]: twice bf16 on Gaudi 2, equal to it on Gaudi 3; first-gen has no FP8
     assert g2.mme_rate("float8_e4m3fn") == g2.mme_rate("float8_e5m2") == 865e12
-    assert g3.mme_rate("float8_e4m3fn") == 1835e12 and g1.mme_rate("float8_e4m3fn") == g1.mme_rate("bfloat16")
+    assert g3.mme_rate("float8_e4m3fn") == 1835e12 and (g2.fp8, g3.fp8, g1.fp8) == (True, True, False)
+    with pytest.raises(RuntimeError, match="FP8 data type is not available on this device"):
+        g1.mme_rate("float8_e4m3fn")
     assert (g1.hbm_bw, g2.hbm_bw, g3.hbm_bw) == (0.9e12, 2.46e12, 3.67e12)
     assert g3.vector_rate("bfloat16") == 28.7e12 and (g2.tpc_units, g3.tpc_units, g3.mme_units) == (24, 64, 8)
 
@@ -55,21 +57,65 @@ def test_big_bf16_matmul_costs_its_flops_at_peak():
     assert ideal < ns < ideal / cost.EFFICIENCY["mme"] * 1.05 + 100_000
 
 
-def test_fp8_scaled_mm_multiplies_at_the_fp8_rate():
-    # hpu's _scaled_mm is fp8 operands cast to float32 and a float32 mm (scaled_mm.py); the MME
-    # converts on load, so the product costs FP8 FLOPs (Gaudi 2: 865 TFLOPS), not float32 ones
-    n = 4096
-    a = torch.empty(n, n, device=HPU).to(torch.float8_e4m3fn)
-    b = torch.empty(n, n, device=HPU).to(torch.float8_e4m3fn)
+def _scaled_mm(m, n, k, out_dtype=torch.bfloat16, bias=False):
+    a = torch.empty(m, k, device=HPU).to(torch.float8_e4m3fn)
+    b = torch.empty(n, k, device=HPU).to(torch.float8_e4m3fn)
     one = torch.ones((), device=HPU)
+    c = torch.empty(n, device=HPU).to(torch.bfloat16) if bias else None
     htcore.mark_step()
-    rep = pm.estimate_report(lambda: torch._scaled_mm(a, b.t(), scale_a=one, scale_b=one,
-                                                      out_dtype=torch.bfloat16), device="gaudi2")
-    mme = [k for summary, _ in rep.recipes for k in cost.kernels(summary, pm.card("gaudi2")) if k.engine == "MME"]
-    assert len(mme) == 1
-    fp8_ideal = 2 * n ** 3 / 865e12 * 1e9
-    assert fp8_ideal < mme[0].ns < fp8_ideal / cost.EFFICIENCY["mme"] * 1.05 + 10_000
-    assert rep.device_ns < pm.estimate(_matmul(n, torch.bfloat16), device="gaudi2")
+    return lambda: torch._scaled_mm(a, b.t(), scale_a=one, scale_b=one, scale_result=one, bias=c,
+                                    out_dtype=out_dtype)
+
+
+def _bf16_mm(m, n, k):
+    a = torch.empty(m, k, dtype=torch.bfloat16, device=HPU)
+    b = torch.empty(k, n, dtype=torch.bfloat16, device=HPU)
+    return lambda: a @ b
+
+
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32, torch.float8_e4m3fn])
+def test_fp8_gemm_is_one_mme_kernel_at_the_fp8_rate(out_dtype):
+    # hpu's _scaled_mm is fp8 operands cast to float32, a float32 mm, the scales, the bias and a cast
+    # (scaled_mm.py); the bridge lowers aten::_scaled_mm to one fp8_gemm node that takes the scales
+    # and the bias and writes out_dtype: one MME kernel at the FP8 rate (Gaudi 2: 865 TFLOPS) moving
+    # the fp8 operands and the output in out_dtype, and no TPC kernel
+    n = 4096
+    g2 = pm.card("gaudi2")
+    rep = pm.estimate_report(_scaled_mm(n, n, n, out_dtype, bias=True), device="gaudi2")
+    ks = [k for summary, _ in rep.recipes for k in cost.kernels(summary, g2)]
+    assert [k.engine for k in ks] == ["MME"]
+    out_size = torch.empty((), dtype=out_dtype).element_size()
+    assert ks[0].hbm_bytes == 2 * n * n * 1 + n * n * out_size + n * 2 + 3 * 4   # + bf16 bias, 3 scales
+    fp8_ideal = 2 * n ** 3 / (865e12 * cost.EFFICIENCY["mme"]) * 1e9
+    assert fp8_ideal < ks[0].ns < fp8_ideal * 1.02 + g2.kernel_ns
+    assert rep.device_ns == ks[0].ns + g2.recipe_launch_ns
+
+
+def test_fp8_gemm_is_cheaper_than_bf16_where_the_card_says_so():
+    # Gaudi 2: FP8 peak is twice BF16's, so a large GEMM costs about half. Gaudi 3: FP8 and BF16
+    # peaks are equal [HC24], so a FLOP-bound GEMM costs the same and FP8 wins where bytes dominate
+    # (a thin, decode-like GEMM: the weights are half the bytes)
+    big, thin = (4096, 4096, 4096), (16, 8192, 8192)
+    for dev in ("gaudi2", "gaudi3"):
+        fp8 = {s: pm.estimate(_scaled_mm(*s), device=dev) for s in (big, thin)}
+        bf16 = {s: pm.estimate(_bf16_mm(*s), device=dev) for s in (big, thin)}
+        assert fp8[thin] < 0.7 * bf16[thin], dev
+        assert fp8[big] <= bf16[big], dev
+    assert pm.estimate(_scaled_mm(*big), device="gaudi2") < 0.6 * pm.estimate(_bf16_mm(*big), device="gaudi2")
+
+
+def test_first_gen_gaudi_has_no_fp8_gemm():
+    # Intel's bridge: device_supports_fp8() is Gaudi 2 / Gaudi 3 only; its FP8 ops check it and
+    # fail with "FP8 data type is not available on this device." The Gaudi clock cannot cost an FP8
+    # GEMM on first-gen Gaudi, and the emulated first-gen device refuses to run one
+    f = _scaled_mm(256, 256, 256)
+    with pytest.raises(RuntimeError, match="FP8 data type is not available on this device"):
+        pm.estimate(f, device="gaudi")
+    config.set(HPU_LAB_DEVICE="gaudi")
+    with pytest.raises(RuntimeError, match="FP8 data type is not available on this device"):
+        f()
+    config.set(HPU_LAB_DEVICE="gaudi2")
+    assert f().shape == (256, 256)
 
 
 def test_faster_card_and_bf16_are_cheaper():

@@ -40,7 +40,17 @@ class Card:
     kernel_ns: int                  # fixed cost of one MME/TPC kernel (one node or fused cluster)
     notes: Dict[str, str] = field(default_factory=dict)
 
+    @property
+    def fp8(self) -> bool:
+        """Whether the MME has an FP8 mode (Gaudi 2 and 3; not first-gen Gaudi)."""
+        return "float8_e4m3fn" in self.mme_flops
+
     def mme_rate(self, dtype: str) -> float:
+        if dtype.startswith("float8") and not self.fp8:
+            # the bridge's FP8_CHECK (habana_kernels/lazy_kernels.cpp, 1.19.0): device_supports_fp8 is
+            # Gaudi 2 / Gaudi 3 only; on first-gen Gaudi an fp8 product cannot run, so it has no cost
+            raise RuntimeError(f"FP8 data type is not available on this device. ({self.title} has no FP8 "
+                               "matrix mode: an FP8 GEMM cannot be costed on it)")
         return self.mme_flops.get(dtype) or self.mme_flops["float32"]
 
     def vector_rate(self, dtype: str) -> float:
@@ -52,9 +62,11 @@ class Card:
 _PER_TPC_BF16 = 28.7 * TERA / 64
 
 
-def _mme(bf16: float, fp32_ratio: float, fp8: float) -> Dict[str, float]:
-    return {"bfloat16": bf16, "float16": bf16, "float8_e4m3fn": fp8, "float8_e5m2": fp8,
-            "float32": bf16 * fp32_ratio}
+def _mme(bf16: float, fp32_ratio: float, fp8: float = 0.0) -> Dict[str, float]:
+    rates = {"bfloat16": bf16, "float16": bf16, "float32": bf16 * fp32_ratio}
+    if fp8:
+        rates.update({"float8_e4m3fn": fp8, "float8_e5m2": fp8})
+    return rates
 
 
 def _vec(bf16: float) -> Dict[str, float]:
@@ -64,11 +76,12 @@ def _vec(bf16: float) -> Dict[str, float]:
 
 GAUDI = Card(
     name="gaudi", device_name="GAUDI", title="Intel Gaudi (first generation)",
-    mme_flops=_mme(60 * TERA, 0.25, fp8=60 * TERA), vector_flops=_vec(8 * _PER_TPC_BF16 * 0.6),
+    mme_flops=_mme(60 * TERA, 0.25), vector_flops=_vec(8 * _PER_TPC_BF16 * 0.6),
     hbm_bytes=32 * 2**30, hbm_bw=0.9e12, sram_bytes=24 * 2**20,
     host_link_bw=32 * GIGA, nic_bw=125 * GIGA, mme_units=1, tpc_units=8,
     recipe_launch_ns=30_000, kernel_ns=3_000,
-    notes={"mme_flops": "BF16 60 TFLOPS [HC24]; fp32 = 1/4 of bf16 (assumed); no FP8 MME mode: fp8 costed at the bf16 rate (assumed)",
+    notes={"mme_flops": "BF16 60 TFLOPS [HC24]; fp32 = 1/4 of bf16 (assumed); no FP8 mode ([HC24]: FP8 -; the bridge's "
+                         "device_supports_fp8 is Gaudi 2/3 only): costing an FP8 GEMM raises",
            "vector_flops": "8 TPC [ARCH] of an older generation at 0.6x the Gaudi 3 per-TPC rate (assumed)",
            "sram_bytes": "24 MB (assumed)",
            "host_link_bw": "PCIe 64 GB/s bidirectional [HC24] -> 32 GB/s per direction",

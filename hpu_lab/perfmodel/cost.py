@@ -11,9 +11,12 @@ work). Per node:
   a view (alias) costs nothing; a CPU-fallback node is host work, not device work
 
 plus ``kernel_ns`` per kernel and ``recipe_launch_ns`` per recipe. Views and reshapes cost nothing;
-a transpose costs nothing when only the MME reads it (it takes strided operands), a cast nothing
-when only the MME reads it or the MME produced its input (the MME converts on load / store);
-otherwise (a cast between TPC ops, a transpose feeding a TPC op) they cost their HBM traffic,
+a transpose costs nothing when only the MME reads it (it takes strided operands). A float cast no
+fusion cluster took is part of the MME node when only the MME reads it or the MME produced its
+input (the MME converts on load / store): the MME then reads the operand as it is stored and writes
+the cast's dtype. An FP8 GEMM's output scales, bias and cast are part of its MME node too (Gaudi's
+``fp8_gemm`` node takes them), so it moves its fp8 operands and its output in the output dtype.
+Otherwise (a cast between TPC ops, a transpose feeding a TPC op) they cost their HBM traffic,
 unless the compiler fused them into a cluster. Times in ns.
 """
 from __future__ import annotations
@@ -123,6 +126,14 @@ class Kernel:
     hbm_bytes: int
 
 
+def _is_view(n) -> bool:
+    return n.op in _FREE or n.tensor_class == "alias"
+
+
+def _is_float_cast(n) -> bool:
+    return n.is_cast and n.dtype.startswith(("float", "bfloat"))
+
+
 def _mme_dtype(n, by_index) -> str:
     """The dtype an MME node multiplies in: its own, unless both operands were cast up to it from a
     narrower float type (the MME converts on load). torch._scaled_mm on hpu is fp8 operands cast to
@@ -143,6 +154,126 @@ def _mme_dtype(n, by_index) -> str:
     return own
 
 
+def _mme_only(by_index, consumers):
+    """A test: every consumer of a node is an MME node, looking through views and transposes."""
+    memo: Dict[int, bool] = {}
+
+    def mme_only(n) -> bool:
+        r = memo.get(n.index)
+        if r is None:
+            memo[n.index] = False            # cycles cannot happen; this only guards re-entry
+            users = [by_index[u] for u in consumers.get(n.index, ()) if u in by_index]
+            r = bool(users) and all(u.engine == "MME" or ((_is_view(u) or u.op in _TRANSPOSES) and mme_only(u))
+                                    for u in users)
+            memo[n.index] = r
+        return r
+    return mme_only
+
+
+def _epilogue_step(u, prev, shape) -> bool:
+    """``u`` (the only consumer of ``prev``) is work Gaudi's FP8 GEMM node does on its output:
+    ``fp8_gemm`` takes scale_a, scale_b, scale_result and a bias and writes ``out_dtype``
+    (the bridge lowers ``aten::_scaled_mm`` to that one node), so a multiply or divide by a
+    one-element scale, the add of a bias vector and a cast are part of the MME node."""
+    others = [s for i, s in zip(u.inputs, u.in_shapes) if i != prev]
+    if _is_float_cast(u):
+        return True
+    if u.op in ("aten::mul", "aten::div"):
+        return all(_numel(s) <= 1 for s in others)
+    if u.op == "aten::add":
+        return len(others) == 1 and _numel(others[0]) <= (shape[-1] if shape else 1)
+    return False
+
+
+def _mme_fusions(nodes, by_index, consumers):
+    """What the graph compiler folds into each MME node (conversion on load and on store, the FP8
+    GEMM's output scaling): ``{mme index: (absorbed input casts, absorbed output nodes)}``.
+
+    - a cast no fusion cluster took whose every consumer is an MME node (through views and
+      transposes) is done by the MME as it loads the operand (the compiler's FUSE_CONVERT_MME pass);
+    - a cast no cluster took of an MME's output (through views) is done as the MME stores it;
+    - for an FP8 GEMM (both operands cast up from fp8), the chain of scales, bias and cast on its
+      output, one consumer after the other, is part of the node (``_epilogue_step``).
+    """
+    mme_only = _mme_only(by_index, consumers)
+
+    def users(n):
+        return [by_index[u] for u in consumers.get(n.index, ()) if u in by_index]
+    out: Dict[int, Tuple[set, set]] = {}
+    for n in nodes:
+        if n.engine != "MME":
+            continue
+        loads, stores = set(), set()
+        for i in n.inputs:
+            m = by_index.get(i)
+            while m is not None and (_is_view(m) or m.op in _TRANSPOSES) and len(m.inputs) == 1:
+                m = by_index.get(m.inputs[0])
+            if m is not None and _is_float_cast(m) and m.cluster < 0 and mme_only(m):
+                loads.add(m.index)
+        frontier = [n]
+        while frontier:                       # casts of the output, through views
+            for u in users(frontier.pop()):
+                if _is_view(u):
+                    frontier.append(u)
+                elif _is_float_cast(u) and u.cluster < 0:
+                    stores.add(u.index)
+        if _mme_dtype(n, by_index).startswith("float8"):
+            prev, cur = n, n
+            while True:
+                us = users(cur)
+                if len(us) != 1:
+                    break
+                u = us[0]
+                if not _is_view(u) and not _epilogue_step(u, cur.index, prev.shape):
+                    break
+                if not _is_view(u):
+                    stores.add(u.index)
+                    for i in u.inputs:           # the bias (a scale) converted as the node loads it
+                        m = by_index.get(i)
+                        if m is not None and i != cur.index and _is_float_cast(m) and m.cluster < 0 \
+                                and len(users(m)) == 1:
+                            loads.add(m.index)
+                    prev = u
+                cur = u
+        out[n.index] = (loads, stores)
+    return out
+
+
+def _mme_bytes(n, by_index, consumers, out_nodes, loads, stores) -> int:
+    """HBM bytes of an MME node with its fused conversions: each operand as it is stored (an fp8
+    operand one byte an element, not the float32 it is cast to), and each tensor it stores that
+    something other than the fused nodes reads (the FP8 GEMM's output in its output dtype)."""
+    fused = stores | {n.index}
+    read = 0
+    for x in fused:                 # the operands, and the scales and bias of an FP8 GEMM's output
+        for i, b in zip(by_index[x].inputs, by_index[x].in_bytes):
+            if i in fused:
+                continue
+            m = by_index.get(i)
+            while m is not None and (_is_view(m) or m.op in _TRANSPOSES) and len(m.inputs) == 1 \
+                    and m.index not in loads:
+                m = by_index.get(m.inputs[0])
+            if m is not None and m.index in loads and m.inputs and m.inputs[0] in by_index:
+                src = by_index[m.inputs[0]].dtype or m.dtype
+                b = b * _itemsize(src) // _itemsize(m.dtype)
+            read += b
+
+    def leaves(x):
+        """x's value is read by something outside the fused nodes (or is a recipe output)."""
+        for u in consumers.get(x.index, ()):
+            m = by_index.get(u)
+            if m is None or u in out_nodes or m.op == "output":
+                return True
+            if _is_view(m):
+                if leaves(m):
+                    return True
+            elif u not in fused:
+                return True
+        return False
+    written = sum(by_index[x].out_bytes for x in fused if leaves(by_index[x]))
+    return read + written
+
+
 def kernels(summary, card: Card, fusion: bool = True, eff: Optional[Dict[str, float]] = None):
     """The kernels of a recipe whose graph is ``summary`` (a GraphSummary), each with its cost."""
     e = dict(EFFICIENCY, **(eff or {}))
@@ -158,31 +289,17 @@ def kernels(summary, card: Card, fusion: bool = True, eff: Optional[Dict[str, fl
     def numel(n):
         return max([_numel(n.shape)] + [_numel(s) for s in n.in_shapes])
     by_index = {n.index: n for n in nodes}
-
-    memo: Dict[int, bool] = {}
-
-    def mme_only(n):
-        """Every consumer is an MME node, looking through views and transposes."""
-        r = memo.get(n.index)
-        if r is None:
-            memo[n.index] = False            # cycles cannot happen; this only guards re-entry
-            users = [by_index[u] for u in consumers.get(n.index, ()) if u in by_index]
-            r = bool(users) and all(u.engine == "MME" or ((u.op in _FREE or u.op in _TRANSPOSES
-                                                           or u.tensor_class == "alias") and mme_only(u))
-                                    for u in users)
-            memo[n.index] = r
-        return r
+    fusions = _mme_fusions(nodes, by_index, consumers)
+    in_mme = set().union(*(a | b for a, b in fusions.values()))
+    mme_only = _mme_only(by_index, consumers)
     for n in nodes:
-        if n.op in ("input", "output") or n.engine in ("", "CPU") or n.tensor_class == "alias" or n.op in _FREE:
+        if n.op in ("input", "output") or n.engine in ("", "CPU") or _is_view(n) or n.index in in_mme:
             continue
         if n.op in _TRANSPOSES and mme_only(n):
             continue
-        if n.is_cast and n.cluster < 0 and (mme_only(n) or any(by_index[i].engine == "MME" for i in n.inputs
-                                                                if i in by_index)):
-            continue                     # the MME converts on load / writes the cast dtype
         if n.engine == "MME":
             fl = mme_flops(n.op, n.shape, n.in_shapes)
-            by = sum(n.in_bytes) + n.out_bytes
+            by = _mme_bytes(n, by_index, consumers, out_nodes, *fusions[n.index])
             t = max(fl / (card.mme_rate(_mme_dtype(n, by_index)) * e["mme"]), by / bw)
             out.append(Kernel(n.op, "MME", int(t * 1e9) + card.kernel_ns, fl, by))
         elif fusion and n.cluster >= 0:
