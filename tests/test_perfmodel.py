@@ -118,6 +118,25 @@ def test_first_gen_gaudi_has_no_fp8_gemm():
     assert f().shape == (256, 256)
 
 
+def test_the_mme_converts_its_operands_on_load_and_its_output_on_store():
+    # autocast's casts beside a matmul: an fp32 weight cast to bf16 that only the MME reads, and a
+    # bf16 product cast to float32 (through a view) are the MME's load / store conversion
+    # (FUSE_CONVERT_MME): no TPC kernel, and the MME moves the weight as stored (4 bytes an element)
+    # and writes the float32 result
+    m, k, n = 2048, 1024, 4096
+    x = torch.empty(m, k, dtype=torch.bfloat16, device=HPU)
+    w = torch.empty(n, k, device=HPU)
+
+    def f():
+        with torch.autocast("hpu", dtype=torch.bfloat16):
+            y = torch.nn.functional.linear(x, w)
+        return y.view(m, n // 2, 2).float()
+    (summary, c), = pm.estimate_report(f, device="gaudi2").recipes
+    ks = cost.kernels(summary, pm.card("gaudi2"))
+    assert [k.engine for k in ks] == ["MME"]
+    assert ks[0].hbm_bytes == m * k * 2 + n * k * 4 + m * n * 4
+
+
 def test_faster_card_and_bf16_are_cheaper():
     f = _matmul(2048, torch.bfloat16)
     g1, g2, g3 = (pm.estimate(f, device=d) for d in ("gaudi", "gaudi2", "gaudi3"))

@@ -253,6 +253,8 @@ def _mme_bytes(n, by_index, consumers, out_nodes, loads, stores) -> int:
             while m is not None and (_is_view(m) or m.op in _TRANSPOSES) and len(m.inputs) == 1 \
                     and m.index not in loads:
                 m = by_index.get(m.inputs[0])
+            if m is not None and m.index in fused:
+                continue                 # a view of the node's own result: it never left the MME
             if m is not None and m.index in loads and m.inputs and m.inputs[0] in by_index:
                 src = by_index[m.inputs[0]].dtype or m.dtype
                 b = b * _itemsize(src) // _itemsize(m.dtype)
