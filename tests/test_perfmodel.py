@@ -135,6 +135,11 @@ def test_the_mme_converts_its_operands_on_load_and_its_output_on_store():
     ks = cost.kernels(summary, pm.card("gaudi2"))
     assert [k.engine for k in ks] == ["MME"]
     assert ks[0].hbm_bytes == m * k * 2 + n * k * 4 + m * n * 4
+    # between two products the cast is the first one's store: the second reads what it wrote
+    a, b = torch.empty(k, k, dtype=torch.bfloat16, device=HPU), torch.empty(k, k, device=HPU)
+    (summary, c), = pm.estimate_report(lambda: (a @ a).float() @ b, device="gaudi2").recipes
+    first, second = cost.kernels(summary, pm.card("gaudi2"))
+    assert (first.hbm_bytes, second.hbm_bytes) == (k * k * (2 + 4), k * k * (4 + 4 + 4))
 
 
 def test_faster_card_and_bf16_are_cheaper():

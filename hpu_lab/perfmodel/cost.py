@@ -236,7 +236,9 @@ def _mme_fusions(nodes, by_index, consumers):
                     prev = u
                 cur = u
         out[n.index] = (loads, stores)
-    return out
+    stored = set().union(*(st for _, st in out.values()))
+    # a cast between two MMEs is the producer's store conversion: the consumer reads what it wrote
+    return {i: (ld - stored, st) for i, (ld, st) in out.items()}
 
 
 def _mme_bytes(n, by_index, consumers, out_nodes, loads, stores) -> int:
