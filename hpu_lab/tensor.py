@@ -13,6 +13,8 @@ is not the whole storage adds a ``view`` node; writing one adds a ``scatter`` no
 """
 from __future__ import annotations
 
+import copy
+
 import torch
 
 from .runtime import memory
@@ -122,6 +124,26 @@ class HPUTensor(torch.Tensor):
         cpu = _to_cpu(self, "print")
         s = torch._tensor_str._str(self, tensor_contents=torch._tensor_str._tensor_str(cpu, 7))
         return "tensor(" + s[len(type(self).__name__) + 1:] if s.startswith(type(self).__name__ + "(") else s
+
+    def __deepcopy__(self, memo):
+        # torch's Tensor.__deepcopy__ clones a wrapper subclass (data_ptr() == 0 tells it one)
+        # and then deep-copies its slots onto the clone: the clone's storage was replaced by a copy
+        # of this one's Storage object (a pending lazy value copied off its graph: reading it
+        # crashed; memory freed that was never allocated). The clone, with its own storage, here.
+        if not self.is_leaf:
+            return super().__deepcopy__(memo)       # torch's error for a non-leaf
+        if id(self) in memo:
+            return memo[id(self)]
+        with torch.no_grad():
+            new = self.clone()
+        if self.requires_grad:
+            new.requires_grad_()
+        if self.grad is not None:
+            new.grad = copy.deepcopy(self.grad, memo)
+        self._clear_non_serializable_cached_data()
+        new.__dict__ = copy.deepcopy(self.__dict__, memo)      # e.g. a Parameter's _is_param
+        memo[id(self)] = new
+        return new
 
     def tolist(self):
         return _to_cpu(self, ".tolist()").tolist()
