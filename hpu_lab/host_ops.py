@@ -31,16 +31,6 @@ def concrete(t, reason: str) -> torch.Tensor:
     return to_cpu(t, reason)
 
 
-def _conv(a, reason):
-    if isinstance(a, HPUTensor):
-        return concrete(a, reason)
-    if isinstance(a, (list, tuple)):
-        return type(a)(_conv(x, reason) for x in a)
-    if isinstance(a, torch.device) and a.type == "hpu":
-        return CPU
-    return a
-
-
 def _blank(a):
     """The host copy of an ``out=`` tensor: an empty buffer of its shape, strides and dtype (an
     expanded out stays overlapping, so CPU's kernel refuses it with CPU's message)."""
@@ -55,6 +45,50 @@ def _flat(a):
     return list(a) if isinstance(a, (list, tuple)) else [a]
 
 
+def _shared_storages(args, kwargs) -> set:
+    """ids of the storages that more than one of the op's hpu tensor arguments (or one tensor
+    twice, ``[a, a]``) are on."""
+    seen, shared = set(), set()
+    for a in list(args) + list(kwargs.values()):
+        for x in _flat(a):
+            if isinstance(x, HPUTensor):
+                (shared if id(x._st) in seen else seen).add(id(x._st))
+    return shared
+
+
+class _HostCopies:
+    """The host copies of an op's hpu arguments. A tensor alone on its storage gets a copy of its
+    own; the tensors sharing a storage get views of one copy of that storage, so CPU's kernel sees
+    the aliasing CPU tensors have (``_foreach_add_([a, a], [b, b])`` adds b twice; an overlap CPU
+    refuses is refused). Each such view has a version counter of its own (``.data``), so that what
+    the kernel bumps is counted per device tensor, as CPU counts it."""
+
+    def __init__(self, args, kwargs, reason):
+        self.shared = _shared_storages(args, kwargs)
+        self.reason = reason
+        self.bufs: dict = {}          # id(storage) -> its host copy
+        self.views: dict = {}         # id(device tensor) -> its host view
+
+    def conv(self, a, out=False):
+        if isinstance(a, HPUTensor):
+            if id(a._st) not in self.shared:
+                return _blank(a) if out else concrete(a, self.reason)
+            h = self.views.get(id(a))
+            if h is None:
+                buf = self.bufs.get(id(a._st))
+                if buf is None:
+                    buf = self.bufs[id(a._st)] = to_cpu(a, self.reason, whole_storage=True)
+                h = self.views[id(a)] = buf.as_strided(a._size, a._stride, a._offset).data
+            return h
+        if isinstance(a, (list, tuple)):
+            return type(a)(self.conv(x, out) for x in a)
+        if out:
+            return a
+        if isinstance(a, torch.device) and a.type == "hpu":
+            return CPU
+        return a
+
+
 def host_op(func, args, kwargs, reason):
     """Run an op on the host with concrete inputs (data-dependent ops, ops with no meta kernel)."""
     src = user_src(3)
@@ -62,8 +96,9 @@ def host_op(func, args, kwargs, reason):
         S.capture.refuse(ops.op_name(func), src)
     info = ops.inplace_info(func)
     out_kw = info[1] if info is not None else ()
-    cargs = [_conv(a, reason) for a in args]
-    ckw = {k: (_blank(v) if k in out_kw else _conv(v, reason)) for k, v in kwargs.items()}
+    copies = _HostCopies(args, kwargs, reason)
+    cargs = [copies.conv(a) for a in args]
+    ckw = {k: copies.conv(v, out=k in out_kw) for k, v in kwargs.items()}
     # (device tensor, its host copy) for every written tensor, positional then keyword-only
     pairs = []
     if info is not None:
@@ -74,6 +109,7 @@ def host_op(func, args, kwargs, reason):
             if k in kwargs:
                 pairs += zip(_flat(kwargs[k]), _flat(ckw[k]))
     pairs = [(t, h) for t, h in pairs if isinstance(t, HPUTensor) and isinstance(h, torch.Tensor)]
+    pairs = list({id(h): (t, h) for t, h in pairs}.values())    # [a, a]: one host view, bumped twice
     before = [(tuple(h.shape), tuple(h.stride()), h._version) for _, h in pairs]
     try:
         res = _cpu_call(func, cargs, ckw)

@@ -850,8 +850,9 @@ def materialize(t, reason: str, src: str):
     return v
 
 
-def to_cpu(t, reason: str):
-    """A host copy of t's values (a host sync)."""
+def to_cpu(t, reason: str, whole_storage: bool = False):
+    """A host copy of t's values (a host sync); with ``whole_storage``, of its whole storage, laid
+    out as the storage (host ops give the tensors that share it views of that one copy)."""
     reason = S.sync_reason or reason
     S.sync_reason = None
     src = user_src(3)
@@ -868,6 +869,8 @@ def to_cpu(t, reason: str):
             ev.emit(ev.HostSync(tt, tt, "host", ev.recorder.step, reason=reason, src=src))
     base = build_layout(base, st)
     t0 = ev.now()                           # the copy out is a DeviceToHost (readback.py)
+    if whole_storage:
+        return readback.copied(t0, torch.empty_strided(st.size, st.stride, dtype=st.dtype).copy_(base), src)
     return readback.copied(t0, base.as_strided(t._size, t._stride, t._offset).clone(), src)
 
 

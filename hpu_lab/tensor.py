@@ -13,6 +13,9 @@ is not the whole storage adds a ``view`` node; writing one adds a ``scatter`` no
 """
 from __future__ import annotations
 
+import copy
+import threading
+
 import torch
 
 from .runtime import memory
@@ -55,14 +58,28 @@ class Out:
 
 
 class Storage:
-    """Device memory: accounted by the memory manager for as long as any view is alive."""
-    __slots__ = ("nbytes", "size", "stride", "dtype", "value", "__weakref__")
+    """Device memory: accounted by the memory manager for as long as any view is alive.
+
+    ``address()`` is its emulated device address, what ``data_ptr()`` reports (see there)."""
+    __slots__ = ("nbytes", "size", "stride", "dtype", "value", "addr", "__weakref__")
 
     def __init__(self, size, stride, dtype, value, nbytes):
         self.size, self.stride, self.dtype = size, stride, dtype
         self.value = value
         self.nbytes = nbytes
+        self.addr = 0                # given on the first data_ptr(): nothing on the op path
         memory.alloc(nbytes)
+
+    def address(self) -> int:
+        """A device address of its own, the same for as long as it lives: the range
+        [address, address + nbytes) is no other storage's, alive or freed (a bump allocator: the
+        real allocator's reuse of freed blocks is not modelled). 0 for an empty storage, as CPU."""
+        if self.addr == 0 and self.nbytes:
+            with _ADDR_LOCK:
+                if self.addr == 0:
+                    self.addr = _NEXT_ADDR[0]
+                    _NEXT_ADDR[0] += -(-self.nbytes // _ADDR_ALIGN) * _ADDR_ALIGN
+        return self.addr
 
     def __del__(self):
         try:
@@ -70,6 +87,10 @@ class Storage:
         except Exception:  # interpreter shutdown
             pass
 
+
+_ADDR_LOCK = threading.Lock()
+_NEXT_ADDR = [0x7F0000000000]   # hpu:0's emulated address space
+_ADDR_ALIGN = 512
 
 _EXTENT: dict = {}
 
@@ -122,6 +143,34 @@ class HPUTensor(torch.Tensor):
         cpu = _to_cpu(self, "print")
         s = torch._tensor_str._str(self, tensor_contents=torch._tensor_str._tensor_str(cpu, 7))
         return "tensor(" + s[len(type(self).__name__) + 1:] if s.startswith(type(self).__name__ + "(") else s
+
+    def data_ptr(self):
+        """The address of the first element: the storage's emulated device address plus the view's
+        storage_offset * itemsize, as on CPU. Distinct for every storage (it was 0 for all: any two
+        hpu tensors looked like one memory to code telling buffers apart by address, e.g. Intel's
+        record_stream tests) and stable while it lives (in-place ops, mark_step do not move it)."""
+        return self._st.address() + self._offset * self.element_size()
+
+    def __deepcopy__(self, memo):
+        # torch's Tensor.__deepcopy__ clones a wrapper subclass whose data_ptr() is 0 (with an
+        # address, it would copy the wrapper's empty host storage: a crash), and then deep-copies
+        # its slots onto the clone: the clone's storage was replaced by a copy
+        # of this one's Storage object (a pending lazy value copied off its graph: reading it
+        # crashed; memory freed that was never allocated). The clone, with its own storage, here.
+        if not self.is_leaf:
+            return super().__deepcopy__(memo)       # torch's error for a non-leaf
+        if id(self) in memo:
+            return memo[id(self)]
+        with torch.no_grad():
+            new = self.clone()
+        if self.requires_grad:
+            new.requires_grad_()
+        if self.grad is not None:
+            new.grad = copy.deepcopy(self.grad, memo)
+        self._clear_non_serializable_cached_data()
+        new.__dict__ = copy.deepcopy(self.__dict__, memo)      # e.g. a Parameter's _is_param
+        memo[id(self)] = new
+        return new
 
     def tolist(self):
         return _to_cpu(self, ".tolist()").tolist()

@@ -20,10 +20,12 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("on_cpu", [False, True], ids=["", "on-cpu"])   # the CPU fallback (host_ops.py)
 @pytest.mark.parametrize("lazy", ["1", "0"])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_overlapping_read_gives_cpus_result_or_error(case, lazy):
-    config.set(PT_HPU_LAZY_MODE=lazy)
+def test_overlapping_read_gives_cpus_result_or_error(case, lazy, on_cpu):
+    config.set(PT_HPU_LAZY_MODE=lazy, PT_HPU_PLACE_ON_CPU="aten::sub_,aten::addcmul_,aten::add_,aten::mul_"
+               if on_cpu else "")
     try:
         x = torch.arange(12.).reshape(4, 3)
         res = []

@@ -122,6 +122,25 @@ def test_deepcopy_and_clone():
     assert a.tolist() == [0, 1, 2, 3] and b.tolist() == [1, 2, 3, 4]
 
 
+def test_deepcopy_of_a_pending_tensor_is_a_copy_with_memory_of_its_own():
+    # torch's deepcopy copied the wrapper's slots onto its clone: the copy held a copy of the
+    # original's Storage object (a pending value off its graph: reading it raised AttributeError;
+    # its memory was freed without being allocated)
+    import copy
+    import gc
+    base = torch.hpu.memory_allocated()
+    a = torch.ones(1000, device="hpu") + 1          # pending in lazy mode
+    w = nn.Linear(3, 3).to("hpu").weight
+    b, w2 = copy.deepcopy(a), copy.deepcopy(w)
+    a.add_(5)
+    htcore.mark_step()
+    assert b[:2].tolist() == [2, 2] and a[:2].tolist() == [7, 7]
+    assert isinstance(w2, nn.Parameter) and w2.requires_grad and torch.equal(w2.cpu(), w.cpu())
+    del a, b, w, w2
+    gc.collect()
+    assert torch.hpu.memory_allocated() == base
+
+
 def test_dtype_conversions():
     h = torch.arange(5).to("hpu")
     assert h.to(torch.float32).dtype == torch.float32

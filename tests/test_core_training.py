@@ -58,3 +58,31 @@ def test_issue_example_runs_unchanged():
         opt.zero_grad()
         htcore.mark_step()
     assert isinstance(loss.item(), float)
+
+
+@pytest.mark.parametrize("lazy", ["1", "0"], ids=["lazy", "eager"])
+def test_batch_norm_bumps_its_running_stats_as_cpu(lazy):
+    # CPU's batch-norm kernel writes running_mean/var without a bump; num_batches_tracked.add_(1)
+    # bumps once. (A module moved with .to("hpu") starts at version 0, as after any .to(device):
+    # the tensors are new; compare modules made on their device, as here.)
+    from hpu_lab import config
+    config.set(PT_HPU_LAZY_MODE=lazy)
+    try:
+        seen = []
+        for dev in ("cpu", "hpu"):
+            torch.manual_seed(0)
+            bn = torch.nn.BatchNorm2d(3, device=dev)
+            x = torch.randn(2, 3, 4, 4).to(dev).requires_grad_()
+            versions = []
+            for train in (True, True, False):
+                bn.train(train)
+                bn(x).sum().backward()
+                if dev == "hpu" and lazy == "1":
+                    htcore.mark_step()
+                versions.append(tuple(t._version for t in (bn.running_mean, bn.running_var,
+                                                           bn.num_batches_tracked, bn.weight)))
+            seen.append((versions, bn.running_mean.cpu(), bn.running_var.cpu()))
+        assert seen[1][0] == seen[0][0] == [(1, 1, 2, 1), (1, 1, 3, 1), (1, 1, 3, 1)]
+        assert torch.allclose(seen[1][1], seen[0][1]) and torch.allclose(seen[1][2], seen[0][2])
+    finally:
+        config.reload()

@@ -86,3 +86,35 @@ def test_foreach_and_list_ops():
 def test_data_dependent_ops_match_cpu():
     assert_same(lambda t: (t[t > 0], torch.nonzero(t > 0), torch.unique((t * 2).round()),
                            torch.masked_select(t, t < 0), t[torch.where(t > 0)]), (5, 5))
+
+
+def test_data_ptr_tells_storages_apart_as_a_device_does():
+    # it was 0 for every storage: any two hpu tensors looked like one memory (tied-weight checks,
+    # checkpoint writers, Intel's record_stream tests compare data_ptr())
+    import copy
+    from hpu_lab import config
+    for lazy in ("1", "0"):
+        config.set(PT_HPU_LAZY_MODE=lazy)
+        try:
+            a, b, c = torch.ones(4, 3, device="hpu"), torch.ones(4, 3, device="hpu"), torch.ones(4, 3)
+            assert a.data_ptr() != 0 and abs(a.data_ptr() - b.data_ptr()) >= 4 * 3 * 4   # disjoint
+            for view in (lambda t: t[1:], lambda t: t[:, 2], lambda t: t.view(3, 4), lambda t: t.t()[1]):
+                assert view(a).data_ptr() - a.data_ptr() == view(c).data_ptr() - c.data_ptr()
+            p = a.data_ptr()
+            a.add_(1)
+            a[0].mul_(2)                           # in place, through a view: the same memory
+            htcore.mark_step()
+            assert a.data_ptr() == p and a.detach().data_ptr() == p
+            assert torch.empty(0, device="hpu").data_ptr() == 0 == torch.empty(0).data_ptr()
+            # a freed block is not handed out again at once (record_stream's "re-used too soon")
+            del b
+            assert torch.ones(4, 3, device="hpu").data_ptr() not in (p, c.data_ptr())
+            m = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Linear(3, 3))
+            m[1].weight = m[0].weight
+            m = m.to("hpu")
+            assert m[0].weight.data_ptr() == m[1].weight.data_ptr() != m[0].bias.data_ptr()
+            m2 = copy.deepcopy(m)                  # torch's deepcopy still clones through the device
+            assert m2[0].weight.data_ptr() not in (0, m[0].weight.data_ptr())
+            assert torch.equal(m2[0].weight.cpu(), m[0].weight.cpu())
+        finally:
+            config.reload()

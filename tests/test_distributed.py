@@ -161,6 +161,12 @@ def test_lazy_collectives_and_multicard_hpu_graph_inference():
         assert lz["collectives_after"] == 2 and lz["lane"] == "hpu:0"
         assert lz["value"] == [3.0, 3.0, 3.0] and lz["max"] == [2.0, 2.0, 2.0]
         assert lz["view_base"] == [0.0, 3.0, 3.0, 0.0]
+        # the Gaudi clock: the device ran the all_reduce inside its launch, for its ring-model time,
+        # and the host's read of the result waits for it (it was a span after the launch's end)
+        k = lz["clock"]
+        assert lz["big"] == [4.0, 4.0] and k["lane"] == "hpu:0" and k["ring_ns"] > 0
+        assert k["collective_ns"] == k["ring_ns"] and k["inside_its_launch"] and k["sync_after_it"]
+        assert k["spans"] == ["execute", "collective"]
         # claim I7, with it: wrap_in_hpu_graph captures the tensor-parallel forward and replays it
         w = r["with"]
         assert w["max_abs_diff_vs_cpu"] <= 1e-5
@@ -416,6 +422,26 @@ def scenario_lazy():
         lz["lane"] = c.events[0].lane if c.events else ""
         lz["value"] = t.cpu().tolist()
         lz["view_base"] = base.cpu().tolist()
+    # on the modeled Gaudi clock: the all_reduce is part of its launch (4 MiB over the ring)
+    from hpu_lab import perfmodel as pm
+    big = torch.ones(1 << 20, device="hpu")
+    htcore.mark_step()
+    torch.hpu.synchronize()
+    with ev.Collector() as c:
+        y = big * (rank + 1)
+        dist.all_reduce(y)
+        z = y + 1
+        htcore.mark_step()
+        lz["big"] = z[:2].cpu().tolist()
+    r = pm.retime(c.events, "gaudi2")
+    (coll,) = [e for e in r.events if isinstance(e, ev.Collective)]
+    (ex,) = [e for e in r.events if isinstance(e, ev.DeviceExecution)]
+    (sync,) = [e for e in r.events if isinstance(e, ev.HostSync) and e.launch_id]
+    lz["clock"] = {"lane": coll.lane, "collective_ns": coll.t_end - coll.t_start,
+                   "ring_ns": pm.collective_ns("all_reduce", 4 << 20, world, pm.card("gaudi2")),
+                   "inside_its_launch": ex.t_start <= coll.t_start and coll.t_end <= ex.t_end,
+                   "sync_after_it": sync.t_end >= coll.t_end,
+                   "spans": [s.kind for s in r.spans[coll.lane]]}
     out["lazy"] = lz
 
     # multi-card HPU Graph inference (seed 001): capture once, replay with new inputs

@@ -1,13 +1,15 @@
 """Foreach and optimizer ops whose tensors share memory (hpu_lab/aliasing.writes_over_reads): hpu
 does what CPU does. CPU applies a foreach op tensor after tensor (``_foreach_add_([a, a], [b, b])``
 adds b twice) or refuses the overlap; the lazy path computed every read before every write (a + b),
-a silent wrong answer, in lazy and eager mode alike."""
+a silent wrong answer, in lazy and eager mode alike. The same holds where the op falls back to the
+CPU (hpu_lab/host_ops.py): each argument was read into a host copy of its own, so ``[a, a]`` were
+two tensors there too (and CPU's overlap refusal never came)."""
 import pytest
 import torch
 
 import hpu_lab  # noqa: F401
 import hpu_lab.core as htcore
-from hpu_lab import config
+from hpu_lab import config, fallback
 
 CASES = {
     "add_ the same tensor twice": lambda a, b: torch._foreach_add_([a, a], [b, b]),
@@ -26,10 +28,19 @@ CASES = {
 }
 
 
-@pytest.fixture(params=["1", "0"], ids=["lazy", "eager"])
+# the foreach and fused ops of the cases and optimizers, made to fall back to the CPU
+ON_CPU = ",".join("aten::_foreach_" + n for n in ("add_", "mul_", "lerp_", "copy_", "addcdiv_", "addcmul_")) \
+    + ",aten::_fused_adamw_,aten::_amp_update_scale_"
+
+
+@pytest.fixture(params=[("1", False), ("0", False), ("1", True), ("0", True)],
+                ids=["lazy", "eager", "lazy-on-cpu", "eager-on-cpu"])
 def mode(request):
-    config.set(PT_HPU_LAZY_MODE=request.param)
+    lazy, on_cpu = request.param
+    config.set(PT_HPU_LAZY_MODE=lazy, PT_HPU_PLACE_ON_CPU=ON_CPU if on_cpu else "")
+    before = sum(fallback.counts.values())
     yield
+    assert (sum(fallback.counts.values()) > before) == on_cpu     # the path under test was taken
     config.reload()
 
 

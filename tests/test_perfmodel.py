@@ -174,6 +174,36 @@ def test_ring_collective():
     assert pm.collective_ns("all_gather", 1 << 30, 8, g2) < eight
 
 
+def test_a_lazy_collective_is_part_of_its_launch_on_the_clock():
+    # a lazy all_reduce is a node of the launched graph (distributed/lazy_collectives): the launch
+    # lasts its compute plus the ring time, the device's Collective sits inside it, a sync on the
+    # launch waits for it. (It was a span after the launch, which ended without it: a host sync on
+    # the launch did not wait for the all_reduce.)
+    g2, nbytes = pm.DEVICES["gaudi2"], 64 << 20
+    ring = pm.collective_ns("all_reduce", nbytes, 4, g2)
+    node = ev.NodeInfo(1, "hccl_all_reduce_SUM_hccl1_of4", (nbytes // 4,), "float32", inputs=(0,),
+                       in_shapes=((nbytes // 4,),), in_bytes=(nbytes,), out_bytes=nbytes)
+    g = ev.GraphSummary((ev.NodeInfo(0, "input"), node, ev.NodeInfo(2, "output")), ((0, 1), (1, 2)))
+    assert cost.recipe_cost(g, g2).nic_ns == ring and cost.recipe_cost(g, g2).tpc_ns == 0
+    es = stamped(ev.Launch(0, 0, "host", 0, launch_id=1, key="k", graph=g),
+                 ev.Launch(0, 0, "host", 0, launch_id=2, key="k", graph=g))
+    es += [ev.Collective(0, 0, "hpu:0", 0, op="all_reduce", nbytes=nbytes, world_size=4),
+           ev.DeviceExecution(0, 0, "hpu:0", 0, launch_id=1, key="k"),
+           ev.Collective(0, 0, "hpu:0", 0, op="all_reduce", nbytes=nbytes, world_size=4),
+           ev.DeviceExecution(0, 0, "hpu:0", 0, launch_id=2, key="k")]
+    es += stamped(ev.HostSync(0, 0, "host", 0, launch_id=2))
+    r = pm.retime(es, g2)
+    ex = [e for e in r.events if isinstance(e, ev.DeviceExecution)]
+    colls = [e for e in r.events if isinstance(e, ev.Collective)]
+    for x, c in zip(ex, colls):
+        assert x.t_end - x.t_start == g2.recipe_launch_ns + ring
+        assert c.t_end - c.t_start == ring and c.t_end == x.t_end
+    assert ex[1].t_start == ex[0].t_end
+    sync = [e for e in r.events if isinstance(e, ev.HostSync)][0]
+    assert sync.t_end == ex[1].t_end == r.wall_ns
+    assert [s.kind for s in r.spans["hpu:0"]] == ["execute", "collective"] * 2
+
+
 def test_estimate_runs_nothing_and_leaves_the_runtime_as_it_was():
     model, opt, step = seed_setup()
     step()

@@ -49,18 +49,19 @@ def register_group(pg) -> None:
 
 
 class DeviceCollective:
-    """A collective as a graph op: ``kind`` on group ``group`` with constant ``arg``.
+    """A collective as a graph op: ``kind`` on group ``group`` (of ``world`` ranks) with constant ``arg``.
 
     Called on the device thread with the input values (a list of CPU tensors); returns new tensors
     (inputs are device buffers other storages may share: never written in place).
     """
 
-    def __init__(self, kind: str, group: str, arg):
-        self.kind, self.group, self.arg = kind, group, arg
+    def __init__(self, kind: str, group: str, arg, world: int = 0):
+        self.kind, self.group, self.arg, self.world = kind, group, arg, world
         # the name is the op's identity in recipe keys (graph.op_key) and the disk cache's graph text:
-        # it must tell SUM from MAX, root 0 from root 1, one group from another
+        # it must tell SUM from MAX, root 0 from root 1, one group from another; it ends with the
+        # group's size, which the Gaudi clock reads to cost the node (perfmodel.cost.collective_node)
         extra = "_".join(str(a) for a in (arg if isinstance(arg, tuple) else (arg,)) if a is not None)
-        self.__name__ = "_".join(x for x in ("hccl", kind, extra, group) if x)
+        self.__name__ = "_".join(x for x in ("hccl", kind, extra, group) if x) + f"_of{world}"
 
     def __call__(self, values):
         pg = _GROUPS.get(self.group)
@@ -95,25 +96,25 @@ class DeviceCollective:
         return outs
 
     def __eq__(self, other):
-        return type(other) is DeviceCollective and (other.kind, other.group, other.arg) == \
-            (self.kind, self.group, self.arg)
+        return type(other) is DeviceCollective and (other.kind, other.group, other.arg, other.world) == \
+            (self.kind, self.group, self.arg, self.world)
 
     def __hash__(self):
-        return hash((self.kind, self.group, self.arg))
+        return hash((self.kind, self.group, self.arg, self.world))
 
     def __reduce__(self):
-        return (op_for, (self.kind, self.group, self.arg))
+        return (op_for, (self.kind, self.group, self.arg, self.world))
 
     def __repr__(self):
         return f"hccl_{self.kind}({self.group}, {self.arg})"
 
 
-def op_for(kind: str, group: str, arg) -> DeviceCollective:
-    """The interned op (one object per kind/group/arg: the recipe cache keys on it)."""
-    key = (kind, group, arg)
+def op_for(kind: str, group: str, arg, world: int = 0) -> DeviceCollective:
+    """The interned op (one object per kind/group/arg/size: the recipe cache keys on it)."""
+    key = (kind, group, arg, world)
     op = _OPS.get(key)
     if op is None:
-        op = _OPS[key] = DeviceCollective(kind, group, arg)
+        op = _OPS[key] = DeviceCollective(kind, group, arg, world)
         _fx_node._side_effectful_functions.add(op)      # never dead code
     return op
 
@@ -143,7 +144,7 @@ def record(pg, kind: str, arg, inputs, outputs) -> None:
         metas = [(tuple(o.shape), contiguous_strides(tuple(o.shape)), o.dtype) for o in outputs]
         spec = tuple((i,) for i in range(len(outputs)))
         sig = (tuple(ref_sig(pg_, r) for r in refs),)
-        op = op_for(kind, pg.lab_name, arg)
+        op = op_for(kind, pg.lab_name, arg, pg.size())
         outs = pg_.add(op, (list(refs),), {}, metas, spec, sig, (), tuple(refs), src)
         for t, o in zip(outputs, outs):
             lazy.write(t, o, f"c10d::{kind}")

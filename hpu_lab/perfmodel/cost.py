@@ -21,6 +21,7 @@ unless the compiler fused them into a cluster. Times in ns.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Dict, Optional, Sequence, Tuple
 
@@ -103,10 +104,12 @@ class RecipeCost:
     kernels: int
     flops: int
     hbm_bytes: int
+    nic_ns: int = 0         # its collectives (lazy collectives: graph nodes), part of ns
 
     def __add__(self, o: "RecipeCost") -> "RecipeCost":
         return RecipeCost(self.ns + o.ns, self.mme_ns + o.mme_ns, self.tpc_ns + o.tpc_ns,
-                          self.kernels + o.kernels, self.flops + o.flops, self.hbm_bytes + o.hbm_bytes)
+                          self.kernels + o.kernels, self.flops + o.flops, self.hbm_bytes + o.hbm_bytes,
+                          self.nic_ns + o.nic_ns)
 
 
 ZERO = RecipeCost(0, 0, 0, 0, 0, 0)
@@ -278,6 +281,16 @@ def _mme_bytes(n, by_index, consumers, out_nodes, loads, stores) -> int:
     return read + written
 
 
+# a lazy collective's node (distributed/lazy_collectives.DeviceCollective): hccl_<kind>_..._of<ranks>
+_COLLECTIVE_NODE = re.compile(r"^hccl_(all_reduce|broadcast|all_gather_into_tensor|all_gather)_.*_of(\d+)$")
+
+
+def collective_node(op: str):
+    """(kind, ranks) of a lazy collective's graph node, else None."""
+    m = _COLLECTIVE_NODE.match(op)
+    return (m.group(1), int(m.group(2))) if m else None
+
+
 def kernels(summary, card: Card, fusion: bool = True, eff: Optional[Dict[str, float]] = None):
     """The kernels of a recipe whose graph is ``summary`` (a GraphSummary), each with its cost."""
     e = dict(EFFICIENCY, **(eff or {}))
@@ -298,6 +311,11 @@ def kernels(summary, card: Card, fusion: bool = True, eff: Optional[Dict[str, fl
     mme_only = _mme_only(by_index, consumers)
     for n in nodes:
         if n.op in ("input", "output") or n.engine in ("", "CPU") or _is_view(n) or n.index in in_mme:
+            continue
+        coll = collective_node(n.op)
+        if coll is not None:             # the NIC's work, by the ring model (not a TPC kernel)
+            by = sum(n.in_bytes)
+            out.append(Kernel(n.op, "NIC", collective_ns(coll[0], by, coll[1], card, eff), 0, by))
             continue
         if n.op in _TRANSPOSES and mme_only(n):
             continue
@@ -335,11 +353,13 @@ def recipe_cost(summary, card: Card, fusion: bool = True, eff: Optional[Dict[str
     ks = kernels(summary, card, fusion, eff)
     mme = sum(k.ns for k in ks if k.engine == "MME")
     tpc = sum(k.ns for k in ks if k.engine == "TPC")
+    nic = sum(k.ns for k in ks if k.engine == "NIC")
     # the graph compiler pipelines MME and TPC work (slices of one feed the other): part of the
-    # shorter engine's time hides under the longer one's
+    # shorter engine's time hides under the longer one's. A collective in the graph is not
+    # overlapped: what follows it in the graph reads its result (assumed: the worst case)
     overlap = dict(EFFICIENCY, **(eff or {}))["overlap"]
-    ns = card.recipe_launch_ns + max(mme, tpc) + int((1 - overlap) * min(mme, tpc))
-    return RecipeCost(ns, mme, tpc, len(ks), sum(k.flops for k in ks), sum(k.hbm_bytes for k in ks))
+    ns = card.recipe_launch_ns + max(mme, tpc) + int((1 - overlap) * min(mme, tpc)) + nic
+    return RecipeCost(ns, mme, tpc, len(ks), sum(k.flops for k in ks), sum(k.hbm_bytes for k in ks), nic)
 
 
 def copy_ns(nbytes: int, card: Card, pinned: bool = False, eff: Optional[Dict[str, float]] = None) -> int:

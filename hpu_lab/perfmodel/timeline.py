@@ -138,10 +138,13 @@ class _CostCache:
         self.card, self.fusion, self._c = card, fusion, {}
 
     def recipe(self, key: str, graph) -> int:
+        return self.of(key, graph).ns
+
+    def of(self, key: str, graph) -> cost.RecipeCost:
         k = (key, id(graph))
         c = self._c.get(k)
         if c is None:
-            c = self._c[k] = cost.recipe_cost(graph, self.card, fusion=self.fusion).ns
+            c = self._c[k] = cost.recipe_cost(graph, self.card, fusion=self.fusion)
         return c
 
 
@@ -171,6 +174,9 @@ class Retimer:
         self.waiting: Dict[int, List[int]] = {}   # launch_id -> out positions of executions fed first
         self.free: Dict[str, int] = {}            # device lane -> free at
         self.markers: Dict[int, int] = {}         # StreamRecord marker -> modeled completion
+        # launch_id -> where its next collective starts, for launches whose graph holds lazy
+        # collectives (their ring time ends the launch's span: cost.recipe_cost), in launch order
+        self.nic_at: Dict[int, int] = {}
         self.wall_marks: List[int] = []           # wall t_end of each host event (enclosing spans)
         self.host_marks: List[int] = []           # modeled time at that event
         self.H = 0
@@ -186,6 +192,23 @@ class Retimer:
         self.free[lane] = e_
         self.spans.setdefault(lane, []).append(Span(lane, kind, s, e_, step, label))
         return s, e_
+
+    def _device_collective(self, e):
+        """A collective the device ran (a lazy collective, a node of a launched graph): inside the
+        span of its launch, the oldest one on its lane not run yet whose graph holds collectives
+        (their ring time is part of that span), one after another at its end. Without such a
+        launch (its Launch not in the list) it takes its own span when the lane is free."""
+        dur = cost.collective_ns(e.op, e.nbytes, e.world_size, self.card)
+        for lid, at in self.nic_at.items():
+            lane, s, f = self.launch_span[lid]
+            if lane == e.lane and lid not in self.executed:
+                start = min(at, f)
+                end = min(start + dur, f)
+                self.nic_at[lid] = end
+                self.spans.setdefault(lane, []).append(Span(lane, "collective", start, end, e.step, e.op))
+                return _moved(e, start, end)
+        s, f = self._device_span(e.lane, "collective", 0, dur, e.step, e.op)
+        return _moved(e, s, f)
 
     def feed(self, events: Sequence[ev.Event]) -> "Retimer":
         if not events:
@@ -222,10 +245,9 @@ class Retimer:
                     else:
                         out.append(_moved(e, sp[1], sp[2], sp[0]))
                     self.executed.add(e.launch_id)
+                    self.nic_at.pop(e.launch_id, None)
                 elif isinstance(e, ev.Collective):
-                    s, f = self._device_span(lane, "collective", 0,
-                                             cost.collective_ns(e.op, e.nbytes, e.world_size, card), e.step, e.op)
-                    out.append(_moved(e, s, f))
+                    out.append(self._device_collective(e))
                 else:
                     out.append(_moved(e, 0, 0))
                 continue
@@ -314,7 +336,8 @@ class Retimer:
             if kind is ev.Launch:
                 self.n_launch += 1
                 dlane = f"hpu:{e.stream}"
-                dur = costs.recipe(e.key, e.graph) if e.graph is not None else card.recipe_launch_ns
+                rc = costs.of(e.key, e.graph) if e.graph is not None else None
+                dur = rc.ns if rc is not None else card.recipe_launch_ns
                 ready = end
                 for lid in e.waits_for:          # inputs produced on other streams: after their end
                     ready = max(ready, launch_end.get(lid, 0))
@@ -322,6 +345,8 @@ class Retimer:
                 launch_end[e.launch_id] = f
                 launch_span[e.launch_id] = (dlane, s, f)
                 self.launches[e.launch_id] = e
+                if rc is not None and rc.nic_ns:
+                    self.nic_at[e.launch_id] = f - rc.nic_ns
                 for i in self.waiting.pop(e.launch_id, ()):     # executions listed before their launch
                     out[i] = _moved(out[i], s, f, dlane)
             out.append(_moved(e, start, end))
