@@ -78,7 +78,9 @@ def test_a_recipe_reading_a_queued_copy_on_another_stream_waits_for_its_modeled_
         assert (ran.t_start, ran.t_end, ran.lane) == (cp.start_ns, cp.end_ns, copy_lane)
         syncs = [e for e in r.events if isinstance(e, ev.HostSync)]
         assert syncs[0].t_end >= rd.end_ns and syncs[-1].t_end >= cp.end_ns
-        assert r.host_ns >= 0 and r.sync_wait_ns > 0
+        # the host waited at a sync, unless its own (CPU) time already reached past the copy's end:
+        # on a loaded machine the tracing can outlast a 0.5 ms copy on Gaudi 3's link
+        assert r.host_ns >= 0 and (r.sync_wait_ns > 0 or syncs[-1].t_start >= cp.end_ns), name
     # the reader was queued while the copy still ran (on Gaudi's 32 GB/s link, 2 ms: more than the
     # host's ~0.5 ms of tracing and launching), so the wait is what ordered them
     assert queued_while_copying[0], queued_while_copying
