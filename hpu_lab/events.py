@@ -5,9 +5,10 @@ recorder. Views (widgets, metrics, Chrome-trace export, the advisor) are observe
 subscribe with a function and get a handle to remove themselves; none of them reaches into
 runtime internals. Emitting is cheap when nobody listens: callers ask ``wants(Kind)`` first
 for the per-op kinds, so a plain script pays almost nothing. Op events (``OpAccumulated``, ~60 a
-training step) are stamped as tuples and handed over in runs, before the next event of any kind
-(``op_accumulated``): observers see the same events in the same order, and one that passes
-``many=`` to ``subscribe`` takes a run in one call.
+training step) are kept as flat stamps and handed over in runs, before the next event of any kind
+(``op_accumulated``): observers see the same events in the same order; one that passes ``many=``
+to ``subscribe`` takes a run in one call, one that passes ``runs=`` (an ``EventLog``: a Collector,
+a panel) keeps the run and builds its events only when its list is read.
 
 Times are ``time.perf_counter_ns()`` from one monotonic clock. ``lane`` is ``"host"`` or
 ``"hpu:<stream>"``. ``step`` is the number of mark_steps seen so far when the event began.
