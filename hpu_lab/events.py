@@ -723,6 +723,7 @@ class Recorder:
         function taking the run itself (an ``OpRun``, its events built when first asked for),
         called instead of both: what an ``EventLog`` keeps."""
         self.flush()                       # ops stamped before it subscribed are not its
+        self._run_until = 0                # a recording starts from a stamp (see _open_run)
         with self._lock:
             if many is not None:
                 self._many[fn] = many
@@ -738,6 +739,7 @@ class Recorder:
 
     def _remove(self, fn, kinds) -> None:
         self.flush()                       # the ops stamped while it listened are its
+        self._run_until = 0
         with self._lock:
             self._many.pop(fn, None)
             self._runs.pop(fn, None)
