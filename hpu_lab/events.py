@@ -5,9 +5,10 @@ recorder. Views (widgets, metrics, Chrome-trace export, the advisor) are observe
 subscribe with a function and get a handle to remove themselves; none of them reaches into
 runtime internals. Emitting is cheap when nobody listens: callers ask ``wants(Kind)`` first
 for the per-op kinds, so a plain script pays almost nothing. Op events (``OpAccumulated``, ~60 a
-training step) are stamped as tuples and handed over in runs, before the next event of any kind
-(``op_accumulated``): observers see the same events in the same order, and one that passes
-``many=`` to ``subscribe`` takes a run in one call.
+training step) are kept as flat stamps and handed over in runs, before the next event of any kind
+(``op_accumulated``): observers see the same events in the same order; one that passes ``many=``
+to ``subscribe`` takes a run in one call, one that passes ``runs=`` (an ``EventLog``: a Collector,
+a panel) keeps the run and builds its events only when its list is read.
 
 Times are ``time.perf_counter_ns()`` from one monotonic clock. ``lane`` is ``"host"`` or
 ``"hpu:<stream>"``. ``step`` is the number of mark_steps seen so far when the event began.
@@ -36,6 +37,7 @@ from typing import Callable, Optional, Tuple
 from . import warmup
 
 _perf_ns = time.perf_counter_ns
+_get_ident = threading.get_ident
 thread_cpu = time.thread_time_ns
 
 
@@ -476,12 +478,16 @@ OBSERVER_EXACT_NS = 20_000
 class _ThreadClock:
     """Per-thread counters behind the stamps: CPU time inside observers, and the run-queue delay."""
     __slots__ = ("observers", "last_user", "fd", "last_runq", "runq_at", "gap_end", "read_at", "last_end",
-                 "cpu_clock", "runs_user_code")
+                 "cpu_clock", "runs_user_code", "ident", "open_t")
 
     def __init__(self, cpu: int):
         # a thread Python did not start (autograd's device thread, which runs backward) runs no
         # user code between two events: a gap there is the engine's hand-off, not the user's wait
         self.runs_user_code = not isinstance(threading.current_thread(), threading._DummyThread)
+        self.ident = threading.get_ident()
+        # the stamp (t) of this thread's latest op event settled while the op's own bookkeeping (up
+        # to this thread's next stamp) was not yet charged to the observers (Recorder._settle)
+        self.open_t = None
         try:                         # this thread's CPU clock, for another host thread to read
             self.cpu_clock = time.pthread_getcpuclockid(threading.get_ident())
         except (AttributeError, OSError):
@@ -546,6 +552,64 @@ class _HostClock:
         self.last_clock = None       # the _ThreadClock of the thread that stamped last
 
 
+class OpRun:
+    """A run of op events handed to the observers at once (Recorder.op_accumulated), kept as the
+    stamps it was made of: ``events()`` builds its ``OpAccumulated`` events on the first call, once,
+    for every observer. An observer that subscribes with ``runs=`` keeps the run itself (``EventLog``:
+    one list item) and builds the events only when its list is read: a live panel keeps ~36,000 op
+    events of a 600-step loop and reads them when it draws, after the loop."""
+    __slots__ = ("_segments", "_made", "_n")
+    _build_lock = threading.Lock()
+
+    def __init__(self, segments: list):
+        # [(cpu_ns before the first, blocked_ns, [t, op, src, step, prev, clock, t, op, ...])]
+        self._segments = segments
+        self._made = None
+        self._n = sum(len(s[2]) for s in segments) // OP_FIELDS
+
+    def __len__(self) -> int:
+        return self._n
+
+    def events(self) -> list:
+        """The run's OpAccumulated events, in order (the same objects on every call)."""
+        made = self._made
+        if made is not None:
+            return made
+        with self._build_lock:
+            if self._made is None:
+                self._made = _build_ops(self._segments)
+                self._segments = None
+            return self._made
+
+    def __repr__(self) -> str:
+        return f"<OpRun of {self._n} op events>"
+
+
+# An op stamp, kept flat in a list (six items an op, no tuple: a kept tuple would count towards the
+# next garbage collection): its stamp t, op, src, step; prev, the wall time from which the user's CPU
+# time since the thread's previous stamp is counted (that stamp's end); the thread's _ThreadClock.
+OP_FIELDS = 6
+
+
+def _build_ops(segments) -> list:
+    """The OpAccumulated events of settled op stamps (Recorder._settle): the host lane's CPU time at
+    each op is the time before the run plus the user's time between this thread's stamps, the sum
+    _settle added to the host clock, in the same order."""
+    new, setter, untrack = object.__new__, object.__setattr__, _untrack
+    made = []
+    for cpu, blocked, items in segments:
+        it = iter(items)
+        for t, op, src, step, prev, _clock in zip(it, it, it, it, it, it):
+            cpu += t - prev
+            e = new(OpAccumulated)
+            d = {"t_start": t, "t_end": t, "lane": "host", "step": step, "cpu_ns": cpu,
+                 "blocked_ns": blocked, "op": op, "shapes": (), "dtype": "", "src": src}
+            setter(e, "__dict__", d)
+            untrack(e)                       # see _gc_untracker; a dict display of untracked values
+            made.append(e)                   # (numbers, strings, ()) is made untracked already
+    return made
+
+
 class Recorder:
     """Process-wide, thread-safe fan-out of events to observers."""
 
@@ -558,16 +622,81 @@ class Recorder:
         self._muted = 0                    # > 0: host events reach no observer (perfmodel.estimate)
         self._host = _HostClock()
         self._listening = False            # any observer at all (now() notes gap ends only then)
+        self.ops_wanted = False            # anyone observes OpAccumulated (lazy.py asks per op)
         self._gap_seen = -1                # the gap (host last_wall) whose end a thread has noted
-        # op events stamped but not yet handed to observers (see op_accumulated): (t, op, src,
-        # step, cpu_ns, blocked_ns) in order; any emit, subscribe, remove or flush() hands them over
+        # op events stamped but not yet settled (see op_accumulated): t, op, src, step, prev, clock
+        # (OP_FIELDS) an op, in order, ``prev`` the end of the thread's previous stamp; settled
+        # (added to the host clock) at the next stamp of any host event and on every flush
         self._ops: list = []
+        # settled op stamps not yet handed to observers: [(cpu_ns before, blocked_ns, ops)]; any
+        # emit, subscribe, remove or flush() hands them over
+        self._ready: list = []
+        # op_accumulated's short path: open while ``_run_clock``'s thread (``_run_ident``) stamped
+        # last, until ``_run_until`` (the thread clock or run-queue baseline due), for ops less than
+        # ``_run_gap`` after the thread's previous stamp (see _open_run). Meanwhile the host clock's
+        # ``last_wall`` is that thread's last stamp (its clock's ``last_end``: _catch_up)
+        self._run_until = 0
+        self._run_clock: Optional[_ThreadClock] = None
+        self._run_ident = None
+        self._run_gap = 0
         self._many: dict = {}              # observer -> its function taking a list of op events
+        self._runs: dict = {}              # observer -> its function taking an OpRun
         # held while a run of op events is handed over: an event emitted meanwhile (on another
         # thread: the device thread may be the one handing them over) waits for the run, so that
         # it never reaches an observer before the ops stamped before it. Reentrant: an observer may emit.
         self._handing = threading.RLock()
         self._handing_over = 0             # runs being handed over (nested: an observer emitted)
+
+    def _settle(self) -> None:
+        """Add the op stamps kept since the last settle to the host clock (hc.lock held): each op's
+        user time (since its thread's previous stamp) to the host lane's CPU time, and the previous
+        op's bookkeeping (from its stamp to the end of op_accumulated) to its thread's observers.
+        The ops go to ``_ready`` for the next hand-over. May run on any thread (a device event
+        hands the ops over); the thread that stamped them touches none of these counters meanwhile."""
+        ops = self._ops
+        n = len(ops)
+        if not n:
+            return
+        # taken without replacing the list: the stamping thread may be adding an op right now (it
+        # holds no lock), and one C call (its +=) puts all of an op's fields in, or none
+        items = ops[:n]
+        del ops[:n]
+        hc = self._host
+        cpu = base = hc.cpu
+        it = iter(items)
+        for t, _op, _src, _step, prev, c in zip(it, it, it, it, it, it):
+            o = c.open_t
+            if o is not None:
+                c.observers += prev - o
+            c.open_t = t
+            c.last_user += t - prev
+            cpu += t - prev
+        hc.cpu = cpu
+        self._ready.append((base, hc.blocked, items))
+
+    def _catch_up(self, clock: "_ThreadClock") -> None:
+        """Before reading or stamping ``clock`` (the calling thread's, hc.lock held): its last stamp
+        (an op's, kept only as the host clock's ``last_wall``), the op stamps settled, and this
+        thread's latest op bookkeeping, up to its last stamp, charged to the observers."""
+        hc = self._host
+        if hc.last_clock is clock:
+            clock.last_end = hc.last_wall
+        if self._ops:
+            self._settle()
+        o = clock.open_t
+        if o is not None:
+            clock.observers += clock.last_end - o
+            clock.open_t = None
+
+    def _open_run(self, clock: "_ThreadClock") -> None:
+        """After ``clock``'s thread stamped a host event: op_accumulated may stamp ops of this thread
+        by wall time until the thread clock or the run-queue baseline is due (emit's short path)."""
+        if self._muted or clock.gap_end is not None:
+            self._run_until = 0
+            return
+        self._run_clock, self._run_ident = clock, clock.ident
+        self._run_gap = min(CPU_READ_NS, BLOCKED_MIN_NS + 1)
+        self._run_until = min(clock.read_at + CPU_READ_NS, clock.runq_at + BLOCKED_MIN_NS + 1)
 
     def _gap_end(self, t: int) -> None:
         """now() on this thread, after a gap with no stamped host event: note where it ended."""
@@ -577,20 +706,29 @@ class Recorder:
         last = self._host.last_wall
         if clock.gap_end is not None and clock.gap_end[1] == last:
             return                         # this gap's end is already noted
+        self._run_until = 0                # the next op measures the gap (emit)
+        with self._host.lock:
+            self._catch_up(clock)
         clock.gap_end = (t, last, thread_cpu() - clock.observers, clock._runq())
         self._gap_seen = last              # noted once a gap (a second host thread: the old estimate)
 
     def _update_listening(self) -> None:
         self._listening = bool(self._all) or any(self._by_kind.values())
+        self.ops_wanted = bool(self._all) or bool(self._by_kind.get(OpAccumulated))
 
-    def subscribe(self, fn: Observer, kinds=None, many=None) -> Handle:
+    def subscribe(self, fn: Observer, kinds=None, many=None, runs=None) -> Handle:
         """Call ``fn(event)`` for each event (of ``kinds`` only, if given). ``many``: a function
         taking a list of events (``list.extend``), called instead of ``fn`` for a run of op events
-        handed over at once (see op_accumulated): one call instead of one per op."""
+        handed over at once (see op_accumulated): one call instead of one per op. ``runs``: a
+        function taking the run itself (an ``OpRun``, its events built when first asked for),
+        called instead of both: what an ``EventLog`` keeps."""
         self.flush()                       # ops stamped before it subscribed are not its
+        self._run_until = 0                # a recording starts from a stamp (see _open_run)
         with self._lock:
             if many is not None:
                 self._many[fn] = many
+            if runs is not None:
+                self._runs[fn] = runs
             if kinds is None:
                 self._all = self._all + (fn,)
             else:
@@ -601,8 +739,10 @@ class Recorder:
 
     def _remove(self, fn, kinds) -> None:
         self.flush()                       # the ops stamped while it listened are its
+        self._run_until = 0
         with self._lock:
             self._many.pop(fn, None)
+            self._runs.pop(fn, None)
             if kinds is None:
                 self._all = tuple(f for f in self._all if f is not fn)
             else:
@@ -624,7 +764,7 @@ class Recorder:
         if event.lane != "host":             # device events are re-timed by the model, not stamped
             _untrack(event)                  # observers may keep it: see _gc_untracker
             _untrack(event.__dict__)
-            if self._ops or self._handing_over:
+            if self._ops or self._ready or self._handing_over:
                 self.flush()
             for fn in everyone:
                 fn(event)
@@ -639,24 +779,27 @@ class Recorder:
         if clock is None:
             clock = tls.clock = _ThreadClock(thread_cpu())
         hc = self._host
+        if hc.last_clock is clock:           # its last stamp may be an op's (op_accumulated)
+            clock.last_end = hc.last_wall
         last_end = clock.last_end
         if (w0 - last_end < CPU_READ_NS and w0 - clock.read_at < CPU_READ_NS and clock.gap_end is None
                 and event.t_start - hc.last_wall <= BLOCKED_MIN_NS):
-            # the common case (a live panel: ~75 events a step, tens of us apart), the same stamps
-            # as below in fewer steps: no thread-clock reading, no gap
+            # the common case (a live panel: ~15 events a step besides the op events, tens of us
+            # apart), the same stamps as below in fewer steps: no thread-clock reading, no gap
             start = event.t_end
             if not last_end <= start <= w0 or w0 - start >= OBSERVER_EXACT_NS:
                 start = w0
             mine = start - last_end
-            clock.last_user += mine
             with hc.lock:
+                self._catch_up(clock)
+                clock.last_user += mine
                 hc.cpu = cpu = hc.cpu + mine
                 blocked = hc.blocked
             d = event.__dict__
             d["cpu_ns"], d["blocked_ns"] = cpu, blocked
             _untrack(event)
             _untrack(d)
-            if self._ops or self._handing_over:
+            if self._ready or self._handing_over:
                 self.flush()
             for fn in everyone:
                 fn(event)
@@ -666,9 +809,11 @@ class Recorder:
             if t - start >= OBSERVER_EXACT_NS or t - clock.runq_at > BLOCKED_MIN_NS:
                 self._after_observers(clock, start, t, clock.last_user)
             else:
-                clock.observers += t - start
+                with hc.lock:
+                    clock.observers += t - start
                 hc.last_wall = clock.last_end = t
                 hc.last_clock = clock
+                self._open_run(clock)
             return
         # Building the event (between its end and this call) is the recording's bookkeeping, not
         # the user's host work, when the event was made just now (its end after this thread's
@@ -676,19 +821,20 @@ class Recorder:
         start = event.t_end
         if not clock.last_end <= start <= w0 or w0 - start >= OBSERVER_EXACT_NS:
             start = w0
-        if w0 - clock.read_at < CPU_READ_NS and w0 - clock.last_end < CPU_READ_NS:
-            # close to the previous stamp: the thread ran user code since that emit returned (the
-            # wall time since then), without a thread-clock reading (a system call: 2-70 us here)
-            user = clock.last_user + (start - clock.last_end)
-        else:
-            clock.read_at = w0
-            # exact; never below a previous estimate (an estimate that ran ahead waits for it)
-            user = max(thread_cpu() - clock.observers - (w0 - start), clock.last_user)
-        mine = user - clock.last_user        # this thread's own CPU since its previous stamp
-        clock.last_user = user
-        ge, clock.gap_end = clock.gap_end, None
         d = event.__dict__
         with hc.lock:
+            self._catch_up(clock)
+            if w0 - clock.read_at < CPU_READ_NS and w0 - clock.last_end < CPU_READ_NS:
+                # close to the previous stamp: the thread ran user code since that emit returned (the
+                # wall time since then), without a thread-clock reading (a system call: 2-70 us here)
+                user = clock.last_user + (start - clock.last_end)
+            else:
+                clock.read_at = w0
+                # exact; never below a previous estimate (an estimate that ran ahead waits for it)
+                user = max(thread_cpu() - clock.observers - (w0 - start), clock.last_user)
+            mine = user - clock.last_user        # this thread's own CPU since its previous stamp
+            clock.last_user = user
+            ge, clock.gap_end = clock.gap_end, None
             hc.cpu += mine
             gap = event.t_start - hc.last_wall
             if gap > BLOCKED_MIN_NS and clock.runs_user_code:
@@ -718,7 +864,7 @@ class Recorder:
             d["cpu_ns"], d["blocked_ns"] = hc.cpu, hc.blocked    # frozen: set past __setattr__
         _untrack(event)                      # observers may keep it: see _gc_untracker
         _untrack(d)                          # its fields (a dict: see _record)
-        if self._ops or self._handing_over:
+        if self._ready or self._handing_over:
             self.flush()
         for fn in everyone:
             fn(event)
@@ -734,47 +880,72 @@ class Recorder:
         if t - clock.runq_at > BLOCKED_MIN_NS:     # a fresh baseline for the next gap (~1 read/ms)
             clock.last_runq, clock.runq_at = clock._runq(), t
             t = _perf_ns()
-        if t - start < OBSERVER_EXACT_NS:
-            clock.observers += t - start
-        else:
-            clock.observers = thread_cpu() - user
-            clock.read_at = 0                # the next stamp reads the clock again
+        with self._host.lock:
+            if t - start < OBSERVER_EXACT_NS:
+                clock.observers += t - start
+            else:
+                clock.observers = thread_cpu() - user
+                clock.read_at = 0                # the next stamp reads the clock again
         self._host.last_wall = clock.last_end = _perf_ns()
         self._host.last_clock = clock
+        self._open_run(clock)
 
     def op_accumulated(self, op: str, src: str) -> None:
-        """One ``OpAccumulated`` (an instant, now), for a caller that asked ``wants(OpAccumulated)``.
+        """One ``OpAccumulated`` (an instant, now), for a caller that asked ``wants(OpAccumulated)``
+        (or ``ops_wanted``).
 
-        A live panel sees ~60 op events a training step; building each event object and calling
-        every observer for it cost more than the rest of the recording together (issue 14 point 5).
-        In the common case (the thread's previous stamp less than ``CPU_READ_NS`` ago, no gap: the
-        conditions of emit's short path) the op is stamped here exactly as emit would stamp it and
-        kept as a tuple; the events are built and handed to the observers in one go, in order,
-        before the next event of any kind (and on subscribe, remove, ``flush()``), so an observer
-        sees the same events in the same order with the same stamps. Otherwise it is emitted at
-        once (which reads the thread clock, measures a gap, refreshes the run-queue baseline).
-        Stamping and keeping the tuple are charged to the observers, as an emit's work is."""
+        A live panel sees ~60 op events a training step, so an op's recording must do next to
+        nothing (issue 14 point 5). In the common case (this thread stamped the latest host event,
+        less than ``CPU_READ_NS`` ago, no gap, no thread-clock reading or run-queue baseline due:
+        the conditions of emit's short path, ``_open_run``) the op keeps only its wall-clock stamp
+        and the end of the thread's previous stamp; ``_settle`` turns them into the host lane's
+        stamps (the user's CPU since the previous stamp, by wall time; the stamping itself charged
+        to the observers), exactly as emit's short path would, at the next event of any kind (from
+        any thread), and on subscribe, remove and ``flush()``; the events are built when a reader
+        asks (``OpRun``), and handed to the observers in order before that next event. Otherwise
+        the op is emitted at once (which reads the thread clock, measures a gap, refreshes the
+        run-queue baseline)."""
         t = _perf_ns()
+        hc = self._host
+        last = hc.last_wall
+        # as few objects touched as can be: between two ops the emulator's work (~40 us) has
+        # evicted them from the caches, and each miss costs more than the arithmetic
+        if t < self._run_until and t - last < self._run_gap and _get_ident() == self._run_ident:
+            self._ops += (t, op, src, self.step, last, self._run_clock)
+            hc.last_wall = _perf_ns()
+            return
+        if not self._op_due(t, op, src):
+            self.emit(OpAccumulated(t, t, "host", self.step, op=op, src=src))
+
+    def _op_due(self, t: int, op: str, src: str) -> bool:
+        """An op of the thread that stamped last, with no gap, once its thread clock or run-queue
+        baseline is due: stamped as emit stamps it (an exact thread-clock reading if due, a fresh
+        baseline if due, the bookkeeping charged to the observers) and kept in the run like the
+        others, without building its event or calling the observers for it alone (~4 a training
+        step). False: not this case (emit it)."""
         clock = getattr(self._tls, "clock", None)
         hc = self._host
-        if (clock is None or self._muted or clock.gap_end is not None or not clock.last_end <= t
-                or t - clock.last_end >= CPU_READ_NS or t - clock.read_at >= CPU_READ_NS
-                or t - clock.runq_at > BLOCKED_MIN_NS or t - hc.last_wall > BLOCKED_MIN_NS):
-            self.emit(OpAccumulated(t, t, "host", self.step, op=op, src=src))
-            return
-        mine = t - clock.last_end            # the user's CPU since this thread's previous stamp
-        clock.last_user += mine
+        if (clock is None or not self._run_until or hc.last_clock is not clock or self._muted
+                or clock.gap_end is not None or not 0 <= t - hc.last_wall < self._run_gap):
+            return False
         with hc.lock:
-            hc.cpu = cpu = hc.cpu + mine
-            self._ops.append((t, op, src, self.step, cpu, hc.blocked))
-        end = _perf_ns()
-        clock.observers += end - t
-        hc.last_wall = clock.last_end = end
-        hc.last_clock = clock            # as emit's short path: the thread that stamped last
+            self._catch_up(clock)
+            if t - clock.read_at >= CPU_READ_NS:
+                w0 = clock.read_at = _perf_ns()
+                user = max(thread_cpu() - clock.observers - (w0 - t), clock.last_user)
+            else:
+                user = clock.last_user + (t - clock.last_end)
+            mine = user - clock.last_user
+            clock.last_user = user
+            base = hc.cpu
+            hc.cpu = base + mine
+            self._ready.append((base, hc.blocked, [t, op, src, self.step, t - mine, clock]))
+        self._after_observers(clock, t, _perf_ns(), user)
+        return True
 
     def flush(self) -> None:
         """Hand the op events stamped so far (op_accumulated) to the observers listening now."""
-        if not self._ops and not self._handing_over:
+        if not self._ops and not self._ready and not self._handing_over:
             return
         with self._handing:
             self._handing_over += 1
@@ -785,37 +956,37 @@ class Recorder:
 
     def _hand_over(self) -> None:
         with self._host.lock:
-            items, self._ops = self._ops, []
-        if not items:
+            self._settle()
+            segments, self._ready = self._ready, []
+        if not segments:
             return
         observers = self._all + self._by_kind.get(OpAccumulated, ())
         if not observers:
             return
-        new, setter, untrack = object.__new__, object.__setattr__, _untrack
-        made = []
-        for t, op, src, step, cpu, blocked in items:
-            e = new(OpAccumulated)
-            d = {"t_start": t, "t_end": t, "lane": "host", "step": step, "cpu_ns": cpu,
-                 "blocked_ns": blocked, "op": op, "shapes": (), "dtype": "", "src": src}
-            setter(e, "__dict__", d)
-            untrack(e)                       # see _gc_untracker; a dict display of untracked values
-            made.append(e)                   # (numbers, strings, ()) is made untracked already
-        many = self._many
+        run = OpRun(segments)
+        runs, many = self._runs, self._many
         for fn in observers:
+            r = runs.get(fn)
+            if r is not None:
+                r(run)
+                continue
             m = many.get(fn)
             if m is not None:
-                m(made)
+                m(run.events())
             else:
-                for e in made:
+                for e in run.events():
                     fn(e)
 
     def host_clock(self) -> Tuple[int, int]:
         """(cpu_ns, blocked_ns) of the host lane now, on the scale of the stamps (includes the
         calling thread's CPU since its last stamp)."""
-        c = thread_cpu()
         clock = getattr(self._tls, "clock", None)
-        mine = 0 if clock is None else c - clock.observers - clock.last_user
-        return self._host.cpu + mine, self._host.blocked
+        with self._host.lock:
+            if clock is not None:
+                self._catch_up(clock)
+            c = thread_cpu()
+            mine = 0 if clock is None else c - clock.observers - clock.last_user
+            return self._host.cpu + mine, self._host.blocked
 
     def muted(self):
         """``with recorder.muted():`` host events (from any thread: backward runs on autograd's)
@@ -831,6 +1002,7 @@ class _Muted:
     def __enter__(self):
         with self._r._lock:
             self._r._muted += 1
+            self._r._run_until = 0           # op_accumulated's short path closed (see _open_run)
         return self
 
     def __exit__(self, *exc):
@@ -841,12 +1013,12 @@ class _Muted:
 recorder = Recorder()
 
 
-def subscribe(fn: Observer, kinds=None, many=None) -> Handle:
-    """Call ``fn(event)`` for each event (of ``kinds`` only, if given; ``many``: see
+def subscribe(fn: Observer, kinds=None, many=None, runs=None) -> Handle:
+    """Call ``fn(event)`` for each event (of ``kinds`` only, if given; ``many``, ``runs``: see
     Recorder.subscribe). A recording starts only once the background warm-up (warmup.py) is over:
     torch's import would be a blank second in it."""
     warmup.wait()
-    return recorder.subscribe(fn, kinds, many)
+    return recorder.subscribe(fn, kinds, many, runs)
 
 
 wants = recorder.wants
@@ -855,11 +1027,42 @@ op_accumulated = recorder.op_accumulated
 flush = recorder.flush
 
 
-class Collector:
-    """Keeps every event in a list while active: ``with Collector() as c: ...; c.events``."""
+class EventLog:
+    """The events an observer keeps, in order, a run of op events (``OpRun``) kept as one item
+    until the list is read: ``read()`` builds the runs' events in place and returns the list.
+    ``subscribe(log.add, kinds, runs=log.add)`` fills it. Safe to read from any thread while
+    events arrive (the device thread appends its own)."""
 
-    def __init__(self, kinds=None):
-        self._events: list = []
+    def __init__(self, items: Optional[list] = None):
+        self.items: list = [] if items is None else items   # events and OpRuns as they came
+        self.add = self.items.append
+        self._read_to = 0                # items before it hold no OpRun
+        self._lock = threading.Lock()
+
+    def read(self) -> list:
+        items = self.items
+        if self._read_to < len(items):
+            with self._lock:
+                i, n = self._read_to, len(items)
+                if any(type(x) is OpRun for x in items[i:n]):
+                    out = []
+                    for x in items[i:n]:
+                        if type(x) is OpRun:
+                            out += x.events()
+                        else:
+                            out.append(x)
+                    items[i:n] = out     # one step: items appended meanwhile stay after them
+                    n = i + len(out)
+                self._read_to = n
+        return items
+
+
+class Collector:
+    """Keeps every event in a list while active: ``with Collector() as c: ...; c.events``. Op events
+    are kept as runs (``OpRun``) and built when ``events`` is read (see EventLog)."""
+
+    def __init__(self, kinds=None, log: Optional[EventLog] = None):
+        self.log = log if log is not None else EventLog()
         self._kinds = kinds
         self._handle: Optional[Handle] = None
 
@@ -868,20 +1071,22 @@ class Collector:
         """The events so far (op events stamped but not yet handed over are handed over first)."""
         if self._handle is not None:
             recorder.flush()
-        return self._events
+        return self.log.read()
 
     @events.setter
     def events(self, value: list) -> None:
-        self._events = value
+        self.log = EventLog(value)
 
     def start(self) -> "Collector":
-        self._handle = subscribe(self._events.append, self._kinds, many=self._events.extend)
+        add = self.log.add
+        self._handle = subscribe(add, self._kinds, runs=add)
         return self
 
     def stop(self) -> None:
         if self._handle is not None:
             self._handle.remove()
             self._handle = None
+            self.log.read()              # a finished recording is a plain list of events
 
     def __enter__(self):
         return self.start()

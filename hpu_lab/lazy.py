@@ -459,7 +459,7 @@ def _op_src(func):
     if not S.source_lines:
         return ""
     src = user_src(4)
-    if ev.wants(ev.OpAccumulated):          # stamped now, handed to observers in runs (events.py)
+    if ev.recorder.ops_wanted:              # stamped now, handed to observers in runs (events.py)
         ev.op_accumulated(ops.op_name(func), src)
     return src
 

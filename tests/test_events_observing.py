@@ -235,7 +235,7 @@ def test_handing_over_a_run_of_op_events_is_the_observers_time():
             for _ in range(50):
                 _busy(8_000)
                 ev.op_accumulated("aten::add", "")
-            kept = len(ev.recorder._ops)
+            kept = len(ev.recorder._ops) // ev.OP_FIELDS
             _busy(8_000)
             t = ev.now()
             ev.emit(ev.MarkStep(t, t, "host", ev.recorder.step))
@@ -246,3 +246,75 @@ def test_handing_over_a_run_of_op_events_is_the_observers_time():
     assert sum(isinstance(e, ev.OpAccumulated) for e in c.events) == 50
     user = marks[-1].cpu_ns - marks[0].cpu_ns
     assert 51 * 8_000 * 0.6 <= user < 50 * 200_000 / 5, user    # the observers' 10 ms stay out
+
+
+def test_a_log_builds_no_op_event_until_read(step):
+    """A Collector (an EventLog) keeps each run of op events as the run itself: no OpAccumulated is
+    built while the loop runs, and reading the list builds them in place, the same facts in the
+    same order as an observer that takes every event one by one."""
+    with ev.Collector() as c:
+        _run(step, 2)
+        ev.flush()
+        kept = list(c.log.items)
+        runs = [x for x in kept if type(x) is ev.OpRun]
+        assert sum(len(r) for r in runs) > 80 and all(r._made is None for r in runs)
+        # the few ops emitted one by one (the first on autograd's thread after a pause) are events
+        assert sum(type(x) is ev.OpAccumulated for x in kept) < sum(len(r) for r in runs) // 4
+        events = c.events
+    assert not [x for x in events if type(x) is ev.OpRun] and events is c.log.items
+    assert len(events) == len(kept) - len(runs) + sum(len(r) for r in runs)
+    with ev.subscribe(lambda e: None):           # a one-by-one observer: the runs are built at once
+        with ev.Collector() as again:
+            _run(step, 2)
+    assert _facts(events) == _facts(again.events)
+    host = [e for e in events if e.lane == "host"]
+    assert all(a.cpu_ns <= b.cpu_ns and a.t_end <= b.t_end for a, b in zip(host, host[1:]))
+
+
+@pytest.mark.skipif(sys.implementation.name != "cpython", reason="CPython's cyclic garbage collector")
+def test_an_op_stamp_is_no_object_until_read(monkeypatch):
+    """op_accumulated's common case keeps an op as six list items: no object the garbage collector
+    counts (which would bring on collections the unobserved loop never has), constant work an op."""
+    monkeypatch.setattr(ev, "CPU_READ_NS", 10**15)       # no thread-clock reading due: ops go in runs
+    monkeypatch.setattr(ev, "BLOCKED_MIN_NS", 10**15)
+    with ev.Collector() as c:
+        ev.emit(ev.MarkStep(ev.now(), ev.now(), "host", ev.recorder.step))   # this thread stamped last
+        gc.disable()
+        try:
+            before = len(gc.get_objects())
+            for i in range(3000):
+                ev.op_accumulated("aten::add", f"x.py:{i % 7}")
+            after = len(gc.get_objects())
+        finally:
+            gc.enable()
+        assert len(ev.recorder._ops) == 3000 * ev.OP_FIELDS and after - before < 10
+    ops = c.of(ev.OpAccumulated)
+    assert [e.src for e in ops] == [f"x.py:{i % 7}" for i in range(3000)]
+    assert all(a.cpu_ns <= b.cpu_ns and a.t_end < b.t_end for a, b in zip(ops, ops[1:]))
+
+
+def test_an_op_due_for_a_thread_clock_reading_stays_in_the_run(monkeypatch):
+    """When the thread clock falls due on an op (every 1 ms: ~4 a training step), the op is stamped
+    with an exact reading and kept in the run, not built and handed over alone."""
+    monkeypatch.setattr(ev, "CPU_READ_NS", 10**15)
+    monkeypatch.setattr(ev, "BLOCKED_MIN_NS", 10**15)
+    singles, runs = [], []
+    h = ev.subscribe(singles.append, runs=runs.append)
+    try:
+        ev.emit(ev.MarkStep(ev.now(), ev.now(), "host", ev.recorder.step))
+        clock = ev.recorder._tls.clock
+        reads = []
+        monkeypatch.setattr(ev, "thread_cpu", lambda: reads.append(1) or time.thread_time_ns())
+        for i in range(20):
+            clock.read_at = -10**15                    # due on every op
+            ev.recorder._run_until = 1
+            ev.op_accumulated("aten::mul", "x.py:1")
+        ev.emit(ev.MarkStep(ev.now(), ev.now(), "host", ev.recorder.step))
+    finally:
+        h.remove()
+    assert len(reads) >= 20                            # each op read the thread clock ...
+    assert [type(e) for e in singles] == [ev.MarkStep, ev.MarkStep]    # ... and none came alone
+    ops = [e for r in runs for e in r.events()]
+    assert [e.op for e in ops] == ["aten::mul"] * 20
+    assert singles[0].cpu_ns <= ops[0].cpu_ns and all(a.cpu_ns <= b.cpu_ns for a, b in zip(ops, ops[1:]))
+    assert ops[-1].cpu_ns <= singles[1].cpu_ns

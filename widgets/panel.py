@@ -3,8 +3,8 @@
 The panel holds state only (the events, which graph and which steps are selected); every picture
 and table comes from the pure views (graph_view, timeline, recompiles, metrics_view, advisor).
 
-Live updates: while attached, each event is appended to ``panel.events`` (op events a run at a
-time, in one extend: events.op_accumulated); on each other event, on the main thread, the panel redraws the *visible* tab when (1) at least ``min_interval`` seconds passed since the last
+Live updates: while attached, each event is appended to the panel's ``EventLog`` (op events a run at
+a time, kept as the run until the events are read: events.OpRun); on each other event, on the main thread, the panel redraws the *visible* tab when (1) at least ``min_interval`` seconds passed since the last
 redraw and (2) the time spent redrawing, counting the redraw about to happen (estimated from the
 slowest redraw of that tab so far), stays within ``budget`` (5%) of the time the section has run. So the
 overhead is bounded from the first redraw on: with a first guess of 0.25 s per redraw, a loop
@@ -115,10 +115,11 @@ def tail_from_step(events: Sequence[ev.Event], step: int) -> list:
 class SectionPanel:
     """Graph | Timeline | Recompiles | Metrics | Advice for the events of one section."""
 
-    def __init__(self, title: str = "", events: Optional[list] = None, min_interval: float = 0.5,
+    def __init__(self, title: str = "", events=None, min_interval: float = 0.5,
                  budget: float = 0.05, dpi: int = 80):
         self.title = title
-        self.events: list = events if events is not None else []
+        # events: a list, or the EventLog of a section that is recording (shared with it)
+        self.log = events if isinstance(events, ev.EventLog) else ev.EventLog(events)
         self.min_interval, self.budget, self.dpi = min_interval, budget, dpi
         # refreshes/refresh_s: every redraw; live_*: the redraws made while the section ran;
         # wall_s: time attached. overhead() = live_s / wall_s.
@@ -170,6 +171,15 @@ class SectionPanel:
         self._update_status()
         _warm_up()
 
+    @property
+    def events(self) -> list:
+        """The events so far (op runs kept compact while the section runs are built here)."""
+        return self.log.read()
+
+    @events.setter
+    def events(self, value: list) -> None:
+        self.log = ev.EventLog(value)
+
     # ------------------------------------------------------------------ live feed
 
     def attach(self, live: bool = True) -> "SectionPanel":
@@ -181,8 +191,9 @@ class SectionPanel:
             self._quiet = False
         self._attached_at = time.perf_counter()
         self._next_allowed = self._attached_at + self.min_interval
-        # op events arrive in runs (events.op_accumulated): one extend a run, no check per op
-        self._handle = ev.subscribe(self._on_event, many=self._on_events)
+        # op events arrive in runs (events.op_accumulated), kept as one item a run until read: no
+        # event object is built and no check is made per op while the section runs
+        self._handle = ev.subscribe(self._on_event, runs=self.log.add)
         return self
 
     def detach(self) -> None:
@@ -191,11 +202,8 @@ class SectionPanel:
             self._handle = None
             self.stats["wall_s"] += time.perf_counter() - self._attached_at
 
-    def _on_events(self, es: list) -> None:
-        self.events.extend(es)              # a redraw waits for the next single event
-
     def _on_event(self, e: ev.Event) -> None:
-        self.events.append(e)
+        self.log.add(e)
         if not self.live:
             return
         now = time.perf_counter()

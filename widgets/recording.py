@@ -32,16 +32,24 @@ class Section:
 
     def __init__(self, title: str):
         self.title = title
-        self.events: list = []
+        self.log = ev.EventLog()     # filled while the block runs (op runs built when read)
         self.wall_s = 0.0
         self._panel = None
+
+    @property
+    def events(self) -> list:
+        return self.log.read()
+
+    @events.setter
+    def events(self, value: list) -> None:
+        self.log = ev.EventLog(value)
 
     @property
     def panel(self):
         """The SectionPanel (built on first use when the section ran without a kernel)."""
         if self._panel is None:
             from .panel import SectionPanel
-            self._panel = SectionPanel(self.title, self.events)
+            self._panel = SectionPanel(self.title, self.log)
             self._panel.finished = True
             self._panel.refresh()
         return self._panel
@@ -84,7 +92,8 @@ class Section:
 def _await_device(events: list, timeout: float = 2.0) -> None:
     """Launches of the block may still be running on the device when the block ends: wait
     (passively, without a sync) for their DeviceExecution events so the timeline is complete.
-    Woken by the events themselves, not by polling."""
+    Woken by the events themselves, not by polling. ``events``: the section's EventLog items (the
+    op runs in it are not built: only launches count)."""
     done = threading.Event()
 
     def complete() -> bool:
@@ -119,18 +128,17 @@ def section(title: str = "", live: bool = True, display: Optional[bool] = None, 
     if show:
         from . import static
         from .panel import SectionPanel
-        s._panel = SectionPanel(title, s.events, min_interval=min_interval)
+        s._panel = SectionPanel(title, s.log, min_interval=min_interval)
         handle = static.display_panel(s._panel)
         s._panel.attach(live=live)
     else:
-        collector = ev.Collector()
-        collector.events = s.events
+        collector = ev.Collector(log=s.log)
         collector.start()
     try:
         yield s
     finally:
         s.wall_s = time.perf_counter() - t0
-        _await_device(s.events)
+        _await_device(s.log.items)
         if collector is not None:
             collector.stop()
         else:

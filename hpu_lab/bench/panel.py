@@ -64,13 +64,14 @@ def _panel(n):
     gc.collect()
     _gc[:2] = [0.0, 0]
     t, c = time.perf_counter(), time.process_time()
-    with widgets.section("bench: panel overhead"):
+    with widgets.section("bench: panel overhead") as s:
         entered = time.perf_counter() - t
         for _ in range(n):
             _step()
         torch.hpu.synchronize()
         loop, loop_cpu, loop_gc = time.perf_counter() - t, time.process_time() - c, tuple(_gc[:2])
-    return loop, time.perf_counter() - t, loop_cpu, *loop_gc, entered
+        live = s._panel.stats["live_refreshes"], s._panel.stats["live_s"]
+    return loop, time.perf_counter() - t, loop_cpu, *loop_gc, entered, *live
 
 def _round(n, panel_first):
     if panel_first:
@@ -81,7 +82,7 @@ def _round(n, panel_first):
 
 
 KEYS = ("plain_s", "plain_cpu_s", "plain_gc_s", "plain_full_gcs", "loop_s", "cell_s", "loop_cpu_s",
-        "loop_gc_s", "loop_full_gcs", "entry_s")
+        "loop_gc_s", "loop_full_gcs", "entry_s", "live_redraws", "live_s")
 
 
 def measure(steps: int = 600, rounds: int = 5, batch: int = 64, timeout: float = 600) -> dict:
@@ -113,7 +114,8 @@ def measure(steps: int = 600, rounds: int = 5, batch: int = 64, timeout: float =
         km.shutdown_kernel(now=True)
     # each row: plain wall, plain CPU, plain GC s, plain full GCs, loop wall, cell wall, loop CPU,
     # loop GC s, loop full GCs (CPU: the kernel process's, every thread; GC: time in the garbage
-    # collector, and its full collections), time to enter the section (the panel built and shown)
+    # collector, and its full collections), time to enter the section (the panel built and shown),
+    # the live redraws inside the loop and their time
     first, rows = rows[0], rows[1:]
     for r in rows:
         r["loop_over"] = r["loop_s"] / r["plain_s"] - 1
@@ -137,7 +139,8 @@ def main(argv=None) -> dict:
     print(f"plain loop                         {p:6.2f} s")
     print(f"loop inside widgets.section(...)   {l:6.2f} s   ({100 * r['loop_over']:+.0f}%; target <= "
           f"{100 * TARGET:.0f}%: {r['loop_over'] <= TARGET})")
-    print(f"  of which entering the section (the panel built and shown): {1000 * r['entry_s']:.0f} ms")
+    print(f"  of which entering the section (the panel built and shown): {1000 * r['entry_s']:.0f} ms; "
+          f"live redraws over all rounds: {r['total_live_redraws']:.0f}, {r['total_live_s']:.2f} s")
     print(f"whole cell, with the final redraw  {c:6.2f} s   ({100 * r['cell_over']:+.0f}%)")
     pc, lc = r["plain_cpu_s"], r["loop_cpu_s"]
     print(f"process CPU time: plain {pc:.2f} s, loop in the section {lc:.2f} s ({100 * r['cpu_over']:+.0f}%)")
