@@ -1057,6 +1057,19 @@ class EventLog:
         return items
 
 
+def _read_log(self) -> list:
+    return self.log.read()
+
+
+def _replace_log(self, value: list) -> None:
+    self.log = EventLog(value)
+
+
+#: ``events = logged_events`` in a class that keeps its events in ``self.log`` (an EventLog): reading
+#: builds the kept op runs' events in place; assigning a list starts a new log holding it.
+logged_events = property(_read_log, _replace_log, doc="The events so far (op runs built when read).")
+
+
 class Collector:
     """Keeps every event in a list while active: ``with Collector() as c: ...; c.events``. Op events
     are kept as runs (``OpRun``) and built when ``events`` is read (see EventLog)."""

@@ -171,14 +171,7 @@ class SectionPanel:
         self._update_status()
         _warm_up()
 
-    @property
-    def events(self) -> list:
-        """The events so far (op runs kept compact while the section runs are built here)."""
-        return self.log.read()
-
-    @events.setter
-    def events(self, value: list) -> None:
-        self.log = ev.EventLog(value)
+    events = ev.logged_events     # op runs kept compact while the section runs, built when read
 
     # ------------------------------------------------------------------ live feed
 

@@ -36,13 +36,7 @@ class Section:
         self.wall_s = 0.0
         self._panel = None
 
-    @property
-    def events(self) -> list:
-        return self.log.read()
-
-    @events.setter
-    def events(self, value: list) -> None:
-        self.log = ev.EventLog(value)
+    events = ev.logged_events     # op runs kept compact while the section runs, built when read
 
     @property
     def panel(self):
