@@ -1,8 +1,10 @@
 """What observing the event stream costs the observed program (issue 14, point 5): counts and
 facts, never time."""
+import _thread
 import functools
 import gc
 import sys
+import threading
 import time
 import weakref
 
@@ -319,3 +321,42 @@ def test_an_op_due_for_a_thread_clock_reading_stays_in_the_run(monkeypatch):
     assert [e.op for e in ops] == ["aten::mul"] * 20
     assert singles[0].cpu_ns <= ops[0].cpu_ns and all(a.cpu_ns <= b.cpu_ns for a, b in zip(ops, ops[1:]))
     assert ops[-1].cpu_ns <= singles[1].cpu_ns
+
+
+def test_a_thread_without_user_code_brings_no_cpu_from_before_the_recording():
+    """A thread Python did not start (autograd's, which runs backward) stamps only while its events
+    are observed; the CPU it spent between two recordings is not the new recording's host time
+    (its first stamp there used to take it all: 3.5-13 ms of unrecorded backward work)."""
+    done = threading.Event()
+    go = [threading.Event() for _ in range(3)]
+
+    def engine():                            # started by _thread: a _DummyThread, like autograd's
+        try:
+            go[0].wait()
+            ev.emit(ev.MarkStep(ev.now(), ev.now(), "host", ev.recorder.step))   # its clock starts
+            go[1].set()
+            go[2].wait()
+            t = time.thread_time_ns()
+            while not done.is_set() and time.thread_time_ns() - t < 40_000_000:
+                pass                          # 40 ms of CPU nobody records
+            go[0].clear()
+            done.set()
+            go[0].wait()
+            ev.emit(ev.MarkStep(ev.now(), ev.now(), "host", ev.recorder.step))
+        finally:
+            go[1].set()
+    _thread.start_new_thread(engine, ())
+    with ev.Collector():
+        go[0].set()
+        go[1].wait(10)
+    go[1].clear()
+    go[2].set()
+    assert done.wait(10)                      # between the recordings
+    with ev.Collector() as c:
+        ev.emit(ev.MarkStep(ev.now(), ev.now(), "host", ev.recorder.step))
+        go[0].set()
+        assert go[1].wait(10)
+        ev.emit(ev.MarkStep(ev.now(), ev.now(), "host", ev.recorder.step))
+    marks = c.of(ev.MarkStep)
+    assert len(marks) == 3
+    assert marks[-1].cpu_ns - marks[0].cpu_ns < 10_000_000, marks   # not the engine's 40 ms
