@@ -42,10 +42,14 @@ class HPUGraph:
         # names this graph's captures for the recompile log: a capture is compared with the last
         # one of the same label at the same line ("input 0 shape changed (4, 12) -> (5, 12)")
         self.label = None
+        # where a ``graph`` context entered (before its synchronize and gc.collect): the capture's
+        # host time starts there, so the timeline labels that work as the capture's
+        self._capture_from = None
 
     # ---- capture
     def capture_begin(self, dry_run: bool = False) -> None:
         """Begin capturing the work issued from now on (on the current stream)."""
+        t0, self._capture_from = self._capture_from or ev.now(), None
         require_lazy("HPUGraph.capture_begin")
         cur = lazy.S.capture
         if cur is not None:
@@ -60,8 +64,7 @@ class HPUGraph:
         self._capture = cap
         lazy.begin_capture(cap)
         cap.mode = host_state.start(cap)      # watches host state the replay could not repeat
-        t = ev.now()
-        ev.emit(ev.CaptureBegin(t, t, "host", ev.recorder.step, graph_id=self.id, src=src))
+        ev.emit(ev.CaptureBegin(t0, ev.now(), "host", ev.recorder.step, graph_id=self.id, src=src))
 
     def capture_end(self) -> None:
         """End the capture; after this, ``replay()`` may be called."""
@@ -238,11 +241,13 @@ class graph:
         self.dry_run = dry_run
 
     def __enter__(self):
+        t0 = ev.now()
         lazy.synchronize("hpu.graph(): synchronize before capture")
         gc.collect()                    # free what we can before the graph takes its buffers
         self.stream_ctx.__enter__()
         self.capture_stream.is_capture = True
         try:
+            self.hpu_graph._capture_from = t0
             self.hpu_graph.capture_begin(self.dry_run)
         except BaseException:
             self.capture_stream.is_capture = False

@@ -40,7 +40,7 @@ from .cards import Card
 HOST_BOUND_IDLE = 0.5      # same threshold as the measured verdict: device idle >= 50% -> host-bound
 
 # enclosing host spans: their start is where the host was when they began (they contain other events)
-_ENCLOSING = (ev.MarkStep, ev.Replay, ev.CaptureEnd)
+_ENCLOSING = (ev.MarkStep, ev.Replay, ev.CaptureBegin, ev.CaptureEnd)
 
 
 @dataclass(frozen=True)
@@ -327,7 +327,7 @@ class Retimer:
                 free[dlane] = max(free.get(dlane, 0), self.markers.get(e.marker, 0))
             elif isinstance(e, _ENCLOSING):
                 i = bisect.bisect_right(wall_marks, e.t_start) - 1
-                start = host_marks[i] if i >= 0 else start
+                start = host_marks[i] if i >= 0 else 0     # began before the recording's first event
                 end = H + gap + blk + cpu_span
             else:
                 end = start + cpu_span
