@@ -538,11 +538,11 @@ assert len(recipes()) == cleared["compiles"]          # only this run's recipes 
 #
 # > *Printing these tensors in the training script requires these device tensors to be pulled to the host CPU and therefore needs the device execution to finish. This can result in non-overlapped execution between host and device.*
 #
-# The same 8 steps, printing the loss every step, then only at the end. The model is seed 000's with a wider hidden layer (2048), so that on the Gaudi clock its forward and backward keep the device busy longer than the host takes to ask for the loss:
+# The same 8 steps, printing the loss every step, then only at the end. The model is seed 000's with a wider hidden layer (4096), so that on the Gaudi clock its forward and backward keep the device busy longer than the host takes to ask for the loss:
 
 # %%
 torch.manual_seed(0)
-model = nn.Sequential(nn.Flatten(), nn.Linear(784, 2048), nn.ReLU(), nn.Linear(2048, 10)).to(device)
+model = nn.Sequential(nn.Flatten(), nn.Linear(784, 4096), nn.ReLU(), nn.Linear(4096, 10)).to(device)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 batches = [(d.to(device), t.to(device)) for d, t in torch.utils.data.DataLoader(train_set, batch_size=200)]
 
@@ -591,7 +591,7 @@ print(f"host time spent waiting for the device on {pm.card('gaudi').device_name}
 assert waited[chatty.title] > waited[quiet.title]
 
 # %% [markdown]
-# Each wait is the device's forward+backward time less the little the host did after launching it; it grows with the device's time per step. (Printed *after* `optimizer.step()`, the host first traces the optimizer, which here takes longer than the device's forward and backward: the wait hides behind it, but the sync is still there. Exercise 3.)
+# Each wait is the device's forward+backward time less the little the host did after launching it; it grows with the device's time per step. (Printed *after* `optimizer.step()`, the host first traces the optimizer while the device runs the forward and backward: the wait shrinks by that much, or hides behind it, but the sync is still there. Exercise 3.)
 #
 # A progress bar does the same when it shows the loss:
 #

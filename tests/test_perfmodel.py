@@ -4,6 +4,7 @@ Every assertion is on the model (deterministic) or on counts; none on wall time.
 """
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -342,6 +343,34 @@ def test_observer_cpu_is_not_host_time():
     # hand-offs; measured 0.1-0.35 of the observer's time on a 2-core machine with load ~5), never
     # the observer's own time (that would be >= 1.0).
     assert loaded - light < 0.6 * observers, (light, loaded, observers)
+
+
+class _CostlyWait(threading.Event):
+    """A sync's wait that costs the waiting thread CPU, as handing the interpreter lock back and
+    forth with the device thread does (30-75 us a sync here; 20 ms so that it stands out)."""
+
+    def wait(self, timeout=None):
+        t = time.thread_time_ns()
+        while time.thread_time_ns() - t < 20_000_000:
+            pass
+        self.set()
+        return super().wait(timeout)
+
+
+def test_cpu_burnt_inside_a_sync_s_wait_is_not_host_time():
+    x = torch.ones(64, 64).to("hpu")
+    y = x + 1
+    launch = lazy.mark_step()                 # (htcore's returns None, as the real one does)
+    launch.done.wait()
+    launch.done = _CostlyWait()               # the wait has not ended: the host waits for it
+    with ev.Collector() as c:
+        z = x * 2                                 # a host event before the sync (the CPU stamps' base)
+        launch.wait("test")
+    sync = c.of(ev.HostSync)[-1]
+    assert sync.t_end - sync.t_start >= 20_000_000         # the wait really took that long
+    host = pm.retime(c.events, "gaudi2").host_ns
+    assert host < 5_000_000, host                # counted as the user's, it would be >= 20 ms
+    assert torch.equal(y.cpu(), torch.full((64, 64), 2.0)) and torch.equal(z.cpu(), y)
 
 
 def test_retime_of_unstamped_events_uses_wall_time():

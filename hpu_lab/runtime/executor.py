@@ -36,7 +36,7 @@ class Launch:
     def wait(self, reason: str = "synchronize", src: str = "") -> None:
         """Host sync: block until this launch has finished; raise its device error, if any."""
         t0 = ev.now()
-        self.done.wait()
+        ev.recorder.wait_for_device(self.done)
         if ev.wants(ev.HostSync):
             ev.emit(ev.HostSync(t0, ev.now(), "host", ev.recorder.step, reason=reason, src=src,
                                 launch_id=self.id if self.recipe is not None or type(self) is not Launch else 0))
@@ -332,7 +332,7 @@ def synchronize_all(reason="synchronize", src="") -> None:
     for s in list(_streams.values()):
         last = s.last()
         if last is not None:
-            last.done.wait()
+            ev.recorder.wait_for_device(last.done)
     if ev.wants(ev.HostSync):
         ev.emit(ev.HostSync(t0, ev.now(), "host", ev.recorder.step, reason=reason, src=src))
     raise_pending_error()
