@@ -622,9 +622,14 @@ class Recorder:
         self._tls = threading.local()      # .clock: _ThreadClock
         # the clocks of threads that run no user code (autograd's): see _restart_engine_clocks
         self._engine_clocks = weakref.WeakSet()
+        self._clocks = weakref.WeakSet()   # every thread's clock: see _restart_clocks
+        # observers that read no stamps (subscribe(stamps=False): the global metrics count events);
+        # while only they listen, host events reach them unstamped, with no clock work at all
+        self._unstamped: set = set()
         self._muted = 0                    # > 0: host events reach no observer (perfmodel.estimate)
         self._host = _HostClock()
-        self._listening = False            # any observer at all (now() notes gap ends only then)
+        # a recording listens: an observer that reads the stamps (now() notes gap ends only then)
+        self._listening = False
         self.ops_wanted = False            # anyone observes OpAccumulated (lazy.py asks per op)
         self._gap_seen = -1                # the gap (host last_wall) whose end a thread has noted
         # op events stamped but not yet settled (see op_accumulated): t, op, src, step, prev, clock
@@ -716,19 +721,30 @@ class Recorder:
         self._gap_seen = last              # noted once a gap (a second host thread: the old estimate)
 
     def _update_listening(self) -> None:
-        self._listening = bool(self._all) or any(self._by_kind.values())
+        stamped = self._unstamped
+        self._listening = (any(f not in stamped for f in self._all)
+                           or any(f not in stamped for fs in self._by_kind.values() for f in fs))
         self.ops_wanted = bool(self._all) or bool(self._by_kind.get(OpAccumulated))
 
-    def subscribe(self, fn: Observer, kinds=None, many=None, runs=None) -> Handle:
+    def subscribe(self, fn: Observer, kinds=None, many=None, runs=None, stamps=True) -> Handle:
         """Call ``fn(event)`` for each event (of ``kinds`` only, if given). ``many``: a function
         taking a list of events (``list.extend``), called instead of ``fn`` for a run of op events
         handed over at once (see op_accumulated): one call instead of one per op. ``runs``: a
         function taking the run itself (an ``OpRun``, its events built when first asked for),
-        called instead of both: what an ``EventLog`` keeps."""
+        called instead of both: what an ``EventLog`` keeps. ``stamps=False``: ``fn`` reads no
+        ``cpu_ns`` / ``blocked_ns`` (a counter); while only such observers listen, host events reach
+        them unstamped (-1) and the recorder keeps no host clock: no thread-clock or run-queue
+        reading (the global metrics cost a plain loop ~8 of each a step). With a recording, they get
+        the same stamped events as every other observer."""
         self.flush()                       # ops stamped before it subscribed are not its
         self._run_until = 0                # a recording starts from a stamp (see _open_run)
-        self._restart_engine_clocks()
+        if stamps and not self._listening:
+            self._restart_clocks()         # a recording starts: the host clock starts now
+        else:
+            self._restart_engine_clocks()
         with self._lock:
+            if not stamps:
+                self._unstamped.add(fn)
             if many is not None:
                 self._many[fn] = many
             if runs is not None:
@@ -757,6 +773,26 @@ class Recorder:
                 clock.last_user = max(clock.last_user, cpu - clock.observers)
                 clock.read_at = 0                # its next stamp reads its clock
 
+    def _restart_clocks(self) -> None:
+        """A recording starts with no other listening: every thread's clock starts from its CPU now,
+        and the host clock's last stamp is now, as if each thread had stamped here. Nothing stamped
+        since the previous recording (unstamped observers only), so a thread's next stamp would
+        otherwise take all the CPU and off-CPU time since its last stamp in that recording."""
+        self._restart_engine_clocks()
+        hc = self._host
+        with hc.lock:
+            now = _perf_ns()
+            for clock in list(self._clocks):
+                if not clock.runs_user_code:
+                    continue
+                try:
+                    cpu = time.clock_gettime_ns(clock.cpu_clock)
+                except (OSError, TypeError):     # no CPU clock id, or the thread has ended
+                    continue
+                clock.last_user = cpu - clock.observers
+                clock.last_end, clock.read_at, clock.gap_end, clock.open_t = now, 0, None, None
+            hc.last_wall, hc.last_clock = now, None
+
     def _remove(self, fn, kinds) -> None:
         self.flush()                       # the ops stamped while it listened are its
         self._run_until = 0
@@ -768,6 +804,8 @@ class Recorder:
             else:
                 for k in kinds:
                     self._by_kind[k] = tuple(f for f in self._by_kind.get(k, ()) if f is not fn)
+            if fn not in self._all and not any(fn in fs for fs in self._by_kind.values()):
+                self._unstamped.discard(fn)
             self._update_listening()
 
     def wants(self, kind) -> bool:
@@ -793,11 +831,18 @@ class Recorder:
             return
         if self._muted:
             return
+        if not self._listening:              # counters only (the global metrics): no stamps
+            for fn in everyone:
+                fn(event)
+            for fn in some:
+                fn(event)
+            return
         w0 = _perf_ns()
         tls = self._tls
         clock = getattr(tls, "clock", None)
         if clock is None:
             clock = tls.clock = _ThreadClock(thread_cpu())
+            self._clocks.add(clock)
             if not clock.runs_user_code:
                 self._engine_clocks.add(clock)
         hc = self._host
@@ -1060,12 +1105,12 @@ class _Muted:
 recorder = Recorder()
 
 
-def subscribe(fn: Observer, kinds=None, many=None, runs=None) -> Handle:
-    """Call ``fn(event)`` for each event (of ``kinds`` only, if given; ``many``, ``runs``: see
-    Recorder.subscribe). A recording starts only once the background warm-up (warmup.py) is over:
-    torch's import would be a blank second in it."""
+def subscribe(fn: Observer, kinds=None, many=None, runs=None, stamps=True) -> Handle:
+    """Call ``fn(event)`` for each event (of ``kinds`` only, if given; ``many``, ``runs``, ``stamps``:
+    see Recorder.subscribe). A recording starts only once the background warm-up (warmup.py) is
+    over: torch's import would be a blank second in it."""
     warmup.wait()
-    return recorder.subscribe(fn, kinds, many, runs)
+    return recorder.subscribe(fn, kinds, many, runs, stamps)
 
 
 wants = recorder.wants

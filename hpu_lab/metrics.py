@@ -218,7 +218,7 @@ def _make_all() -> Dict[str, Metric]:
 _GLOBAL = _make_all()
 for _m in _GLOBAL.values():
     if _m.kinds:
-        ev.subscribe(_m.on_event, _m.kinds)
+        ev.subscribe(_m.on_event, _m.kinds, stamps=False)   # counters: no host clock (events.py)
 
 
 def metric_global(name: str) -> Optional[Metric]:
@@ -241,7 +241,7 @@ def metric_localcontext(name: str):
     if name not in _GLOBAL:
         raise MetricNotFound(f"metric {name!r} not found; known metrics: {', '.join(_GLOBAL)}")
     local = _make_all()[name]
-    handle = ev.subscribe(local.on_event, local.kinds) if local.kinds else None
+    handle = ev.subscribe(local.on_event, local.kinds, stamps=False) if local.kinds else None
     try:
         yield local
     finally:
@@ -305,11 +305,11 @@ class _Saver:
             self.triggers = config.get("PT_HPU_METRICS_DUMP_TRIGGERS") if self.base else frozenset()
             self.format = config.get("PT_HPU_METRICS_FILE_FORMAT")
             if "mark_step" in self.triggers:
-                self._handles.append(ev.subscribe(self._on_mark_step, (ev.MarkStep,)))
+                self._handles.append(ev.subscribe(self._on_mark_step, (ev.MarkStep,), stamps=False))
             if "metric_change" in self.triggers:
                 self._last = {n: m.stats() for n, m in _GLOBAL.items()}
                 kinds = {k for m in _GLOBAL.values() for k in m.kinds}
-                self._handles.append(ev.subscribe(self._on_event, tuple(kinds)))
+                self._handles.append(ev.subscribe(self._on_event, tuple(kinds), stamps=False))
 
     # ---- triggers
     def _on_mark_step(self, e) -> None:

@@ -360,3 +360,61 @@ def test_a_thread_without_user_code_brings_no_cpu_from_before_the_recording():
     marks = c.of(ev.MarkStep)
     assert len(marks) == 3
     assert marks[-1].cpu_ns - marks[0].cpu_ns < 10_000_000, marks   # not the engine's 40 ms
+
+
+def _count_clock_readings(monkeypatch):
+    """Counts the recorder's thread-clock and run-queue readings (its system calls), per kind."""
+    calls = {"thread_cpu": 0, "runq": 0}
+    thread_cpu, pread = ev.thread_cpu, ev._pread_holding_gil
+
+    def counted_cpu():
+        calls["thread_cpu"] += 1
+        return thread_cpu()
+
+    def counted_pread(fd):
+        calls["runq"] += 1
+        return pread(fd)
+    monkeypatch.setattr(ev, "thread_cpu", counted_cpu)
+    monkeypatch.setattr(ev, "_pread_holding_gil", counted_pread)
+    return calls
+
+
+def test_counters_alone_keep_no_host_clock(step, monkeypatch):
+    """The global metrics count MarkStep, Launch, CacheLookup... in every program: observers that
+    read no stamps (subscribe(stamps=False)). With only them listening the recorder reads no
+    clock (it read the thread clock ~8 times and the run-queue delay ~5 times a step: ~3% of the
+    plain seed loop); with a recording they get the same stamped objects as the recording."""
+    from hpu_lab import metrics
+    assert not ev.recorder._listening, "a recording left subscribed by an earlier test"
+    calls = _count_clock_readings(monkeypatch)
+    seen = []
+    h = ev.subscribe(seen.append, (ev.MarkStep, ev.Launch), stamps=False)
+    try:
+        marks = metrics.metric_global("mark_step").stats()[0][1]
+        _run(step, 3)
+        assert metrics.metric_global("mark_step").stats()[0][1] == marks + 6
+        assert calls == {"thread_cpu": 0, "runq": 0}
+        assert len(seen) == 12 and all(e.cpu_ns == -1 and e.blocked_ns == -1 for e in seen)
+        seen.clear()
+        with ev.Collector() as c:
+            _run(step, 2)
+        assert calls["thread_cpu"] > 0
+    finally:
+        h.remove()
+    recorded = [e for e in c.events if type(e) in (ev.MarkStep, ev.Launch)]
+    assert len(seen) == 8 and all(a is b for a, b in zip(seen, recorded)) and seen[0].cpu_ns >= 0
+
+
+def test_a_recording_after_an_unrecorded_stretch_starts_its_host_clock_there():
+    """Nothing is stamped between two recordings (counters only): the next recording's host clock
+    starts when it subscribes, not at the thread's last stamp of the previous one (its first stamp
+    would take the CPU burnt and the time slept in between)."""
+    with ev.Collector():
+        ev.emit(ev.MarkStep(ev.now(), ev.now(), "host", ev.recorder.step))
+    cpu, blocked = ev.recorder._host.cpu, ev.recorder._host.blocked
+    _busy(30_000_000)
+    time.sleep(0.03)
+    with ev.Collector() as c:
+        ev.emit(ev.MarkStep(ev.now(), ev.now(), "host", ev.recorder.step))
+    first = c.events[0]
+    assert first.cpu_ns - cpu < 10_000_000 and first.blocked_ns == blocked, (first, cpu, blocked)
