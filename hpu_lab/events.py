@@ -470,6 +470,13 @@ _pread_holding_gil = _gil_holding_pread()
 # the blocked-time test needs it) keeps the host lane on CPU time.
 CPU_READ_NS = BLOCKED_MIN_NS
 
+# The run-queue baseline (a /proc read, ~5 us, 4-5 a training step) is not read again while the
+# thread's clock shows it was off the CPU at most this long since the last read (wall time minus CPU
+# time: it cannot have waited for a core longer), which is most of the time on an idle machine and
+# ~40% of the 1 ms intervals at load 6. A gap then subtracts at most this much run-queue delay that
+# was not its own, against up to the run-queue delay of the last 1 ms before the gap anyway.
+RUNQ_SLACK_NS = 100_000
+
 # Observers that return within this much wall time are charged their wall time as their CPU time
 # (a list.append, a collector: the chance of being descheduled inside ~1 us is nil); longer ones
 # are charged their exact CPU time, which costs a second thread-clock reading (~2 us on a VM).
@@ -478,7 +485,7 @@ OBSERVER_EXACT_NS = 20_000
 
 class _ThreadClock:
     """Per-thread counters behind the stamps: CPU time inside observers, and the run-queue delay."""
-    __slots__ = ("observers", "last_user", "fd", "last_runq", "runq_at", "gap_end", "read_at", "last_end",
+    __slots__ = ("observers", "last_user", "fd", "last_runq", "runq_at", "runq_mark", "gap_end", "read_at", "last_end",
                  "cpu_clock", "runs_user_code", "ident", "open_t", "__weakref__")
 
     def __init__(self, cpu: int):
@@ -501,6 +508,7 @@ class _ThreadClock:
             self.fd = None
         self.last_runq = self._runq()
         self.runq_at = _perf_ns()    # when last_runq was read: kept within ~1 ms of every stamp
+        self.runq_mark = None        # (wall, thread CPU) when last_runq was read by _after_observers
         self.gap_end = None          # (t, host last_wall then, user CPU, run-queue delay) or None
         self.read_at = 0             # perf_counter_ns of the last thread-clock reading by emit
         self.last_end = _perf_ns()   # when this thread's previous emit returned
@@ -945,7 +953,15 @@ class Recorder:
         charged to the observers, not to the user's CPU time (``user`` at this stamp): short ones
         by their wall time, long ones by a thread-clock reading."""
         if t - clock.runq_at > BLOCKED_MIN_NS:     # a fresh baseline for the next gap (~1 read/ms)
-            clock.last_runq, clock.runq_at = clock._runq(), t
+            c = thread_cpu()
+            m = clock.runq_mark
+            if m is not None and (t - m[0]) - (c - m[1]) <= RUNQ_SLACK_NS:
+                # off the CPU at most RUNQ_SLACK_NS since the baseline was read, so it waited for a
+                # core at most that long: the baseline still holds (a thread-clock reading, not a
+                # /proc read: ~0.5 against ~5 us)
+                clock.runq_at = t
+            else:
+                clock.last_runq, clock.runq_at, clock.runq_mark = clock._runq(), t, (t, c)
             t = _perf_ns()
         with self._host.lock:
             if t - start < OBSERVER_EXACT_NS:

@@ -418,3 +418,32 @@ def test_a_recording_after_an_unrecorded_stretch_starts_its_host_clock_there():
         ev.emit(ev.MarkStep(ev.now(), ev.now(), "host", ev.recorder.step))
     first = c.events[0]
     assert first.cpu_ns - cpu < 10_000_000 and first.blocked_ns == blocked, (first, cpu, blocked)
+
+
+@pytest.mark.parametrize("off_cpu_per_ms", [0, 300_000])
+def test_the_run_queue_baseline_is_read_again_only_after_time_off_the_cpu(monkeypatch, off_cpu_per_ms):
+    """The run-queue delay (a /proc read, ~5 us) is the baseline a gap of >= 1 ms subtracts from its
+    off-CPU time; it is kept within ~1 ms of every stamp. A thread that was not off the CPU since
+    the last read (its thread clock kept up with the wall clock) cannot have waited for a core:
+    the baseline still holds, and is not read again. The thread clock is faked (a thread on the
+    CPU all the time, or off it 30% of the time) so that the counts do not depend on the load."""
+    _spins_per_us()                               # calibrated before the clock is faked
+    t0 = time.perf_counter_ns()
+    monkeypatch.setattr(ev, "thread_cpu", lambda: (time.perf_counter_ns() - t0) * (1_000_000 - off_cpu_per_ms) // 1_000_000)
+    reads = []
+    pread = ev._pread_holding_gil
+
+    def counted(fd):                              # the baseline's reads (a gap's end reads its own:
+        if sys._getframe(2).f_code.co_name == "_after_observers":   # a loaded machine makes gaps)
+            reads.append(1)
+        return pread(fd)
+    monkeypatch.setattr(ev, "_pread_holding_gil", counted)
+    with ev.Collector() as c:
+        for _ in range(200):                      # >= 20 ms of host events ~100 us apart, no gap
+            ev.emit(ev.MarkStep(ev.now(), ev.now(), "host", ev.recorder.step))
+            _busy(100_000)
+    assert len(c.events) == 200
+    if off_cpu_per_ms:
+        assert len(reads) >= 10                   # due every 1 ms, as before
+    else:
+        assert len(reads) <= 3, len(reads)        # the first baseline, then none (was: ~20)
