@@ -955,10 +955,10 @@ class Recorder:
         if t - clock.runq_at > BLOCKED_MIN_NS:     # a fresh baseline for the next gap (~1 read/ms)
             c = thread_cpu()
             m = clock.runq_mark
-            if m is not None and (t - m[0]) - (c - m[1]) <= RUNQ_SLACK_NS:
+            if m is not None and -RUNQ_SLACK_NS <= (t - m[0]) - (c - m[1]) <= RUNQ_SLACK_NS:
                 # off the CPU at most RUNQ_SLACK_NS since the baseline was read, so it waited for a
                 # core at most that long: the baseline still holds (a thread-clock reading, not a
-                # /proc read: ~0.5 against ~5 us)
+                # /proc read: ~0.5 against ~5 us). (More CPU than wall time: not one clock; read.)
                 clock.runq_at = t
             else:
                 clock.last_runq, clock.runq_at, clock.runq_mark = clock._runq(), t, (t, c)
