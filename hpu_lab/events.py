@@ -952,6 +952,7 @@ class Recorder:
         the emit cost since ``start`` (building the event, stamping, observers, the baseline read)
         charged to the observers, not to the user's CPU time (``user`` at this stamp): short ones
         by their wall time, long ones by a thread-clock reading."""
+        c = None                                    # a thread-clock reading taken just now
         if t - clock.runq_at > BLOCKED_MIN_NS:     # a fresh baseline for the next gap (~1 read/ms)
             c = thread_cpu()
             m = clock.runq_mark
@@ -962,12 +963,13 @@ class Recorder:
                 clock.runq_at = t
             else:
                 clock.last_runq, clock.runq_at, clock.runq_mark = clock._runq(), t, (t, c)
+                c = None                            # the read's own CPU is the observers' too
             t = _perf_ns()
         with self._host.lock:
             if t - start < OBSERVER_EXACT_NS:
                 clock.observers += t - start
             else:
-                clock.observers = thread_cpu() - user
+                clock.observers = (thread_cpu() if c is None else c) - user
                 clock.read_at = 0                # the next stamp reads the clock again
         self._host.last_wall = clock.last_end = _perf_ns()
         self._host.last_clock = clock
@@ -1005,15 +1007,19 @@ class Recorder:
         baseline is due: stamped as emit stamps it (an exact thread-clock reading if due, a fresh
         baseline if due, the bookkeeping charged to the observers) and kept in the run like the
         others, without building its event or calling the observers for it alone (~4 a training
-        step). False: not this case (emit it)."""
+        step). So is an op of a thread that runs no user code (autograd's: the first op of each
+        backward pass, when another thread stamped last), whose gaps are never measured: it takes
+        an exact reading. False: not this case (emit it)."""
         clock = getattr(self._tls, "clock", None)
         hc = self._host
-        if (clock is None or not self._run_until or hc.last_clock is not clock or self._muted
-                or clock.gap_end is not None or not 0 <= t - hc.last_wall < self._run_gap):
+        if clock is None or self._muted or clock.gap_end is not None:
+            return False
+        other = hc.last_clock is not clock
+        if clock.runs_user_code and (not self._run_until or other or not 0 <= t - hc.last_wall < self._run_gap):
             return False
         with hc.lock:
             self._catch_up(clock)
-            if t - clock.read_at >= CPU_READ_NS:
+            if t - clock.read_at >= CPU_READ_NS or other:
                 w0 = clock.read_at = _perf_ns()
                 user = max(thread_cpu() - clock.observers - (w0 - t), clock.last_user)
             else:

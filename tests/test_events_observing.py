@@ -447,3 +447,23 @@ def test_the_run_queue_baseline_is_read_again_only_after_time_off_the_cpu(monkey
         assert len(reads) >= 10                   # due every 1 ms, as before
     else:
         assert len(reads) <= 3, len(reads)        # the first baseline, then none (was: ~20)
+
+
+def test_the_first_op_of_a_backward_pass_stays_in_the_run(step):
+    """Autograd's thread runs backward; its first op of each pass (another thread stamped last,
+    its clock a step old) used to be built and handed to every observer alone, through emit's full
+    path, on the loop's wall time while the user's thread waits for it. Its gaps are never
+    measured, so it is stamped with an exact reading and kept in the run like the others."""
+    with ev.Collector():
+        _run(step, 1)                        # autograd's thread has a clock (made at its first stamp)
+    main = threading.get_ident()
+    singles, runs = [], []
+    h = ev.subscribe(lambda e: singles.append((threading.get_ident(), e)), runs=runs.append)
+    try:
+        _run(step, 3)
+    finally:
+        h.remove()
+    alone = [e for tid, e in singles if tid != main and type(e) is ev.OpAccumulated]
+    assert not alone, [e.op for e in alone]
+    ops = [e for r in runs for e in r.events()]
+    assert len(ops) >= 3 * 40 and all(a.cpu_ns <= b.cpu_ns for a, b in zip(ops, ops[1:]))
