@@ -679,14 +679,32 @@ class Recorder:
         del ops[:n]
         hc = self._host
         cpu = base = hc.cpu
-        it = iter(items)
-        for t, _op, _src, _step, prev, c in zip(it, it, it, it, it, it):
+        clocks = items[OP_FIELDS - 1::OP_FIELDS]
+        c = clocks[0]
+        if clocks.count(c) == len(clocks):
+            # one thread's run (nearly always): the same sums in C (sum over slices), not a Python
+            # loop an op (~0.12 against ~0.5 us an op): the user's time is sum(t - prev); the
+            # observers' the gaps from each op's stamp to the next op's prev
+            ts, prevs = items[0::OP_FIELDS], items[4::OP_FIELDS]
+            st, sp = sum(ts), sum(prevs)
+            mine = st - sp
+            obs = (sp - prevs[0]) - (st - ts[-1])
             o = c.open_t
             if o is not None:
-                c.observers += prev - o
-            c.open_t = t
-            c.last_user += t - prev
-            cpu += t - prev
+                obs += prevs[0] - o
+            c.observers += obs
+            c.open_t = ts[-1]
+            c.last_user += mine
+            cpu += mine
+        else:
+            it = iter(items)
+            for t, _op, _src, _step, prev, c in zip(it, it, it, it, it, it):
+                o = c.open_t
+                if o is not None:
+                    c.observers += prev - o
+                c.open_t = t
+                c.last_user += t - prev
+                cpu += t - prev
         hc.cpu = cpu
         self._ready.append((base, hc.blocked, items))
 
