@@ -21,7 +21,9 @@ inside observers* (a panel's redraw, a collector's bookkeeping are not the user'
 ``blocked_ns``, the time the host spent blocked *outside* hpu_lab (a DataLoader waiting for its
 workers, a sleep, I/O: off the CPU and not waiting for a core, in gaps of at least
 ``BLOCKED_MIN_NS`` in which no host event was emitted; not the interpreter lock held by the
-emulator's own threads, see ``emulator_python_begin``). Both are -1 on unstamped events.
+emulator's own threads, see ``emulator_python_begin``). Both are -1 on unstamped events, and on
+every host event while only observers that read no stamps listen (``subscribe(stamps=False)``: the
+global metrics): the recorder then keeps no host clock at all.
 """
 from __future__ import annotations
 
