@@ -63,9 +63,24 @@ def test_a_loop_without_waits_has_no_blocked_time_quiet_or_beside_a_burning_proc
     assert dev(quiet) == dev(loaded) and quiet.verdict == loaded.verdict == "host-bound"
 
 
+def _run_queue_ns() -> int:
+    """This thread's time spent waiting for a core so far (Linux schedstat; 0 elsewhere)."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
 def test_a_real_wait_is_still_counted_while_the_device_runs():
     """A sleep in the user's loop (a data loader waiting for its workers) while the device stream
-    runs the previous step's recipes is the user's wait: counted in full."""
+    runs the previous step's recipes is the user's wait: counted in full, but for what the model
+    takes out of any gap by its definition: the thread's wait for a core when the sleep ends, and
+    the device worker's reported Python overlapping it (the model cannot tell a sleep from a wait for
+    the interpreter lock the worker holds). Both are measured here; under load they grow (28.8 ms of
+    a 30 ms sleep was counted once at load ~8, failing a fixed 29 ms bound), so the bound follows
+    them. The recipes the worker runs meanwhile (TorchScript, without the lock) are not taken out:
+    reported whole, they hid the sleep entirely."""
     step = seed_setup(64)[2]
     a = torch.randn(512, 512).to(HPU)
 
@@ -78,12 +93,22 @@ def test_a_real_wait_is_still_counted_while_the_device_runs():
     busy_device()
     step()
     torch.hpu.synchronize()
+    sleeps = []
     with ev.Collector() as c:
         for _ in range(4):
             busy_device()
+            q0, t0 = _run_queue_ns(), time.perf_counter_ns()
             time.sleep(0.03)
+            q1, t1 = _run_queue_ns(), time.perf_counter_ns()
+            sleeps.append((t0, t1, q1 - q0, ev._emulator_python_in(t0, t1)))
             step()
         torch.hpu.synchronize()
     r = pm.retime(c.events, "gaudi2")
-    waits = sorted(e.duration_ns for e in r.events if isinstance(e, ev.HostWait))
-    assert len(waits) >= 4 and all(w >= 29_000_000 for w in waits[-4:]), waits
+    waits = sorted(e.duration_ns for e in r.events if isinstance(e, ev.HostWait))[-4:]
+    assert len(waits) == 4, waits
+    device = [sum(max(min(e.t_end, t1) - max(e.t_start, t0), 0) for e in c.of(ev.DeviceExecution))
+              for t0, t1, _, _ in sleeps]
+    for (t0, t1, runq, python), ran in zip(sleeps, device):
+        assert python < 0.25 * ran, (python, ran)      # the recipes' runs are not the worker's Python
+    allowed = max(runq + python for _, _, runq, python in sleeps)
+    assert all(w >= 29_000_000 - allowed for w in waits), (waits, sleeps)
