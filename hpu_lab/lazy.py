@@ -20,7 +20,7 @@ from ._source import user_src
 from .capture import GraphCapture
 from .compiler import find
 from .compiler.recipe import GraphKey
-from . import aliasing, iter_strides
+from . import aliasing, foreach_errors, iter_strides
 from .graph import PendingGraph, ref_sig, op_key, view, scatter, restride, InplaceOnClone, CastTo, \
     InplaceOnStorages
 from .runtime import executor
@@ -506,6 +506,10 @@ def inplace_op(func, args, kwargs, info):
         slots = aliasing.tensor_slots(args, kwargs)
         if aliasing.writes_over_reads(slots, written):
             return inplace_on_storages(func, args, kwargs, targets, slots)
+        if foreach_errors.needs_cpu_checks(func, targets):
+            verdict = (op_key(func), aliasing.describe(args), aliasing.describe(tuple(kwargs.items())))
+            _cpu_checks_once(verdict, lambda: foreach_errors.raise_like_cpu(func, args, kwargs, written))
+    flat_targets = [x for t in targets for x in (t if isinstance(t, (list, tuple)) else [t])]
     pg = S.pg
     refs, mkeys = [], []
     nargs, sargs = [], []
@@ -551,8 +555,11 @@ def inplace_op(func, args, kwargs, info):
         op, metas, spec = ops.cached_meta(mkey, compute)
     except ops.MetaFailure as e:
         return _meta_failed(func, args, kwargs, e)
+    except Exception:
+        if len(flat_targets) > 1:     # a list op: CPU's error, after what CPU writes before it
+            foreach_errors.raise_like_cpu(func, args, kwargs, written)
+        raise
     outs = pg.add(op, nargs, nkw, metas, spec, tuple(sargs), tuple(skw), tuple(refs), _op_src(func))
-    flat_targets = [x for t in targets for x in (t if isinstance(t, (list, tuple)) else [t])]
     for t, o in zip(flat_targets, outs):
         write(t, o, ops.op_name(func))
     # foreach ops and custom ops (hpex optimizers) bump autograd's version counter only in their CPU
