@@ -14,8 +14,6 @@ written on hpu as CPU writes them, and CPU's error is raised.
 """
 from __future__ import annotations
 
-import torch
-
 from . import aliasing
 
 

@@ -607,9 +607,9 @@ def inplace_on_aliases(func, args, kwargs, w, keys):
 
 def inplace_on_storages(func, args, kwargs, targets, slots):
     """An in-place op writing several tensors, some over memory another of its tensors reads or
-    writes (aliasing.writes_over_reads; or one tensor, inplace_on_aliases): CPU's checks decide now; then one node runs CPU's kernel,
-    which applies it tensor after tensor, on views of copies of the written storages, and those
-    storages take its results."""
+    writes (aliasing.writes_over_reads; or one tensor, inplace_on_aliases): CPU's checks decide now;
+    then one node runs CPU's kernel, which applies it tensor after tensor, on views of copies of the
+    written storages, and those storages take its results."""
     flat = [x for t in targets for x in (t if isinstance(t, (list, tuple)) else [t])]
     stores, index = [], {}
     for t in flat:
