@@ -65,7 +65,8 @@ def test_a_loop_without_waits_has_no_blocked_time_quiet_or_beside_a_burning_proc
         # core 10-16 s a recording of 10 steps), 4 recordings of 5 counted none, one 321 ms, in gaps
         # of 500-611 ms that end while the worker runs a recipe in TorchScript (the interpreter lock
         # released; its reported Python in the gap 0.12-0.55 ms, no unreported Python stretch of its
-        # own there). Cause not found (docs/gaudi_clock.md section 3); it appears only when the
+        # own there). Cause not proven (docs/gaudi_clock.md section 3: a lead, the address space's
+        # lock taken by the worker's large allocations and frees); it appears only when the
         # process is starved, so the bound allows 5% of this thread's wait for a core (2% measured
         # at worst): ~0 on a quiet machine; the 15% of host_ns above is still caught while the
         # thread waits for a core less than 3x its CPU time
