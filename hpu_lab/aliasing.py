@@ -6,7 +6,7 @@ the kernel's loop order; where it can decide (two dense views partly over each o
 ("some elements of the input tensor and the written-to tensor refer to a single memory location").
 The lazy path computes in-place ops functionally (every read before any write), which gave another
 result silently. So such an op becomes one node that runs CPU's kernel on views of a copy of the
-storage (graph.InplaceOnAliases), and CPU's overlap check runs at the op, as on CPU.
+storage (graph.InplaceOnStorages, with one storage), and CPU's overlap check runs at the op, as on CPU.
 Found by the random-program test (tests/fuzz_programs.py, seed 482).
 
 Ops writing several tensors (foreach lists, optimizers) are the same story one level up: CPU applies
@@ -77,28 +77,6 @@ def describe(a):
     return (type(a), repr(a))
 
 
-def check_like_cpu(func, args, kwargs, keys, target_key, extent):
-    """Run ``func`` on CPU stand-ins laid out as the hpu args (the aliased ones as views of one
-    buffer of zeros), so that CPU's checks decide at the op: its overlap refusal, a dtype or shape it
-    refuses, raised here with CPU's message (the checks read layouts, dtypes and numbers, not values)."""
-    st = args[target_key]._st if type(target_key) is int else kwargs[target_key]._st
-    buf = torch.zeros(extent, dtype=st.dtype)
-
-    def dummy(a, key):
-        if key == target_key or key in keys:
-            return buf.as_strided(a._size, a._stride, a._offset)
-        if isinstance(a, HPUTensor):
-            return torch.zeros(a._size, dtype=a.dtype)
-        return a
-
-    cargs = [dummy(a, i) for i, a in enumerate(args)]
-    ckw = {k: dummy(a, k) for k, a in kwargs.items()}
-    try:
-        func(*cargs, **ckw)
-    except Exception as e:
-        raise type(e)(str(e)) from None
-
-
 def tensor_slots(args, kwargs):
     """(path, tensor) of every hpu tensor among the args: path (i,) for an arg, (i, j) for element j
     of a list arg; i is a position or a keyword."""
@@ -148,9 +126,10 @@ def writes_over_reads(slots, written) -> bool:
 
 
 def check_storages_like_cpu(func, args, kwargs, placed, extents):
-    """``check_like_cpu`` for an op over several storages: the tensors ``placed`` ({path: (storage
-    index, size, stride, offset)}) are views of one buffer of zeros per storage, other hpu tensors
-    zeros, so that CPU's checks (its overlap refusal per tensor, dtypes, shapes) decide at the op."""
+    """Run ``func`` on CPU stand-ins laid out as the hpu args: the tensors ``placed`` ({path: (storage
+    index, size, stride, offset)}) are views of one buffer of zeros per written storage, other hpu
+    tensors zeros, so that CPU's checks (its overlap refusal, a dtype or shape it refuses) decide at
+    the op, with CPU's message (they read layouts, dtypes and numbers, not values)."""
     bufs = [torch.zeros(n, dtype=dt) for n, dt in extents]
 
     def dummy(a, path):

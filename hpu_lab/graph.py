@@ -76,44 +76,10 @@ class InplaceOnClone:
         return (InplaceOnClone, (self.op, self.written))
 
 
-class InplaceOnAliases:
-    """An in-place op whose written view shares memory with views it reads (aliasing.py): CPU's
-    kernel runs on those views of one copy of the storage, so the elements it writes first are read
-    afterwards as on CPU. Called with the storage's value first, then the op's args with ``None``
-    where a view of the storage goes; returns the storage's new value."""
-    __slots__ = ("op", "views", "size", "stride", "__name__")
-
-    def __init__(self, op, views, size, stride):
-        # views: ((position or keyword, size, stride, offset), ...), the written view included
-        self.op, self.views, self.size, self.stride = op, views, size, stride
-        self.__name__ = f"{op._schema.name.split('::')[1]}_on_aliases"
-
-    def __call__(self, base, *args, **kwargs):
-        out = restride(base, self.size, self.stride)        # a fresh copy in the storage's layout
-        args = list(args)
-        for key, size, stride, offset in self.views:
-            v = out.as_strided(size, stride, offset)
-            if type(key) is int:
-                args[key] = v
-            else:
-                kwargs[key] = v
-        self.op(*args, **kwargs)
-        return out
-
-    def __eq__(self, other):
-        return type(other) is InplaceOnAliases and (other.op, other.views, other.size, other.stride) == \
-            (self.op, self.views, self.size, self.stride)
-
-    def __hash__(self):
-        return hash((self.op, self.views, self.size, self.stride))
-
-    def __reduce__(self):
-        return (InplaceOnAliases, (self.op, self.views, self.size, self.stride))
-
-
 class InplaceOnStorages:
     """An in-place op writing several tensors (a foreach list, an optimizer's params and state),
-    some sharing memory with others it reads or writes (aliasing.writes_over_reads): CPU's kernel
+    some sharing memory with others it reads or writes (aliasing.writes_over_reads), or one tensor
+    whose written view shares memory with views it reads (``t.sub_(t[:, :1])``): CPU's kernel
     runs on views of copies of the written storages, so it applies tensor after tensor as on CPU.
     Called with the storages' values first, then the op's args with ``None`` where a view goes;
     returns the storages' new values, in order."""

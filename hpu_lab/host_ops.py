@@ -26,21 +26,6 @@ from .tensor import HPUTensor, Inp
 from .view_ops import set_view_meta
 
 
-def concrete(t, reason: str) -> torch.Tensor:
-    """t's values as a CPU tensor that aliases nothing the user can reach (for host ops)."""
-    return to_cpu(t, reason)
-
-
-def _blank(a):
-    """The host copy of an ``out=`` tensor: an empty buffer of its shape, strides and dtype (an
-    expanded out stays overlapping, so CPU's kernel refuses it with CPU's message)."""
-    if isinstance(a, HPUTensor):
-        return torch.empty_strided(a.shape, a.stride(), dtype=a.dtype)
-    if isinstance(a, (list, tuple)):
-        return type(a)(_blank(x) for x in a)
-    return a
-
-
 def _flat(a):
     return list(a) if isinstance(a, (list, tuple)) else [a]
 
@@ -70,16 +55,14 @@ class _HostCopies:
         self.views: dict = {}         # id(device tensor) -> its host view
 
     def conv(self, a, out=False):
+        """The host copy of argument ``a`` (``out``: a keyword-only ``out=`` argument)."""
         if isinstance(a, HPUTensor):
-            if id(a._st) not in self.shared:
-                return _blank(a) if out else concrete(a, self.reason)
-            h = self.views.get(id(a))
-            if h is None:
-                buf = self.bufs.get(id(a._st))
-                if buf is None:
-                    buf = self.bufs[id(a._st)] = to_cpu(a, self.reason, whole_storage=True)
-                h = self.views[id(a)] = buf.as_strided(a._size, a._stride, a._offset).data
-            return h
+            if id(a._st) in self.shared:
+                return self._view(a)
+            if out:      # not read (CPU's kernel overwrites it): an empty buffer of its layout; an
+                # expanded out stays overlapping, so CPU's kernel refuses it with CPU's message
+                return torch.empty_strided(a.shape, a.stride(), dtype=a.dtype)
+            return to_cpu(a, self.reason)         # its values, aliasing nothing the user can reach
         if isinstance(a, (list, tuple)):
             return type(a)(self.conv(x, out) for x in a)
         if out:
@@ -87,6 +70,16 @@ class _HostCopies:
         if isinstance(a, torch.device) and a.type == "hpu":
             return CPU
         return a
+
+    def _view(self, a):
+        """``a``'s view of the one host copy of its (shared) storage: read whole, once."""
+        h = self.views.get(id(a))
+        if h is None:
+            buf = self.bufs.get(id(a._st))
+            if buf is None:
+                buf = self.bufs[id(a._st)] = to_cpu(a, self.reason, whole_storage=True)
+            h = self.views[id(a)] = buf.as_strided(a._size, a._stride, a._offset).data
+        return h
 
 
 def host_op(func, args, kwargs, reason):

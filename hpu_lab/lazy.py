@@ -20,8 +20,8 @@ from ._source import user_src
 from .capture import GraphCapture
 from .compiler import find
 from .compiler.recipe import GraphKey
-from . import aliasing, iter_strides
-from .graph import PendingGraph, ref_sig, op_key, view, scatter, restride, InplaceOnClone, CastTo, InplaceOnAliases, \
+from . import aliasing, foreach_errors, iter_strides
+from .graph import PendingGraph, ref_sig, op_key, view, scatter, restride, InplaceOnClone, CastTo, \
     InplaceOnStorages
 from .runtime import executor
 from .runtime.launch import launch_recipe
@@ -506,6 +506,10 @@ def inplace_op(func, args, kwargs, info):
         slots = aliasing.tensor_slots(args, kwargs)
         if aliasing.writes_over_reads(slots, written):
             return inplace_on_storages(func, args, kwargs, targets, slots)
+        if foreach_errors.needs_cpu_checks(func, targets):
+            verdict = (op_key(func), aliasing.describe(args), aliasing.describe(tuple(kwargs.items())))
+            _cpu_checks_once(verdict, lambda: foreach_errors.raise_like_cpu(func, args, kwargs, written))
+    flat_targets = [x for t in targets for x in (t if isinstance(t, (list, tuple)) else [t])]
     pg = S.pg
     refs, mkeys = [], []
     nargs, sargs = [], []
@@ -551,8 +555,11 @@ def inplace_op(func, args, kwargs, info):
         op, metas, spec = ops.cached_meta(mkey, compute)
     except ops.MetaFailure as e:
         return _meta_failed(func, args, kwargs, e)
+    except Exception:
+        if len(flat_targets) > 1:     # a list op: CPU's error, after what CPU writes before it
+            foreach_errors.raise_like_cpu(func, args, kwargs, written)
+        raise
     outs = pg.add(op, nargs, nkw, metas, spec, tuple(sargs), tuple(skw), tuple(refs), _op_src(func))
-    flat_targets = [x for t in targets for x in (t if isinstance(t, (list, tuple)) else [t])]
     for t, o in zip(flat_targets, outs):
         write(t, o, ops.op_name(func))
     # foreach ops and custom ops (hpex optimizers) bump autograd's version counter only in their CPU
@@ -592,54 +599,17 @@ def _cpu_checks_once(verdict, check) -> None:
 
 def inplace_on_aliases(func, args, kwargs, w, keys):
     """An in-place op writing ``args[w]`` while reading the same memory through the args ``keys``
-    (aliasing.py): CPU's overlap check decides now; then one node runs CPU's kernel on views of a
-    copy of the storage and the storage takes its result."""
+    (aliasing.py): ``inplace_on_storages`` with one written storage, those views of it placed."""
     t = args[w]
-    st = t._st
-    geo = lambda k, a: (k, a._size, a._stride, a._offset)     # noqa: E731
-    views = (geo(w, t),) + tuple(geo(k, args[k] if type(k) is int else kwargs[k]) for k in keys)
-    ok = (op_key(func), views, st.size, st.stride)
-    op = _ON_ALIASES.get(ok)
-    if op is None:
-        op = _ON_ALIASES[ok] = InplaceOnAliases(func, views, st.size, st.stride)
-    verdict = (ok, aliasing.describe(args), aliasing.describe(tuple(kwargs.items())))
-    _cpu_checks_once(verdict, lambda: aliasing.check_like_cpu(func, args, kwargs, keys, w,
-                                                             storage_extent(st.size, st.stride)))
-    if _trace is not None:
-        _trace[0](t)
-    if S.capture is not None and not _full(t):
-        S.capture.refuse_view_write(t, ops.op_name(func), _src())
-    pg = S.pg
-    base = st.value
-    if S.capture is not None and type(base) is Inp:
-        S.capture.saw(base, st)
-    refs, mkeys = [base], []
-    nargs, sargs = [base], [ref_sig(pg, base)]
-    for i, a in enumerate(args):
-        na, sg = (None, None) if i == w or i in keys else _walk(a, pg, refs, mkeys)
-        nargs.append(na)
-        sargs.append(sg)
-    nkw, skw = {}, []
-    for k, v in kwargs.items():
-        na, sg = (None, None) if k in keys else _walk(v, pg, refs, mkeys)
-        nkw[k] = na
-        skw.append((k, sg))
-    (r,) = pg.add(op, tuple(nargs), nkw, [(st.size, st.stride, st.dtype)], None, tuple(sargs), tuple(skw),
-                  tuple(refs), _op_src(func), "on_aliases:" + repr(ok))
-    st.value = r
-    pg.track(st)
-    t._rc = None
-    if ops.bump_on_device(func):        # as inplace_op (add_ was bumped above the device)
-        torch._C._increment_version([t])
-    after_op(func)
-    return t if func._schema.returns else None
+    slots = [((w,), t)] + [((k,), args[k] if type(k) is int else kwargs[k]) for k in keys]
+    return inplace_on_storages(func, args, kwargs, [t], slots)
 
 
 def inplace_on_storages(func, args, kwargs, targets, slots):
     """An in-place op writing several tensors, some over memory another of its tensors reads or
-    writes (aliasing.writes_over_reads): CPU's checks decide now; then one node runs CPU's kernel,
-    which applies it tensor after tensor, on views of copies of the written storages, and those
-    storages take its results."""
+    writes (aliasing.writes_over_reads; or one tensor, inplace_on_aliases): CPU's checks decide now;
+    then one node runs CPU's kernel, which applies it tensor after tensor, on views of copies of the
+    written storages, and those storages take its results."""
     flat = [x for t in targets for x in (t if isinstance(t, (list, tuple)) else [t])]
     stores, index = [], {}
     for t in flat:

@@ -115,6 +115,24 @@ def _extent(size, stride) -> int:
     return n
 
 
+class HPUUntypedStorage(torch.UntypedStorage):
+    """What ``untyped_storage()`` (and ``storage()``) of an hpu tensor returns: torch's storage object of
+    the wrapper, reporting its Storage as CPU reports a tensor's memory. Every view of a Storage has a
+    storage object of its own (torch makes one per wrapper), all with the same ``data_ptr()`` and
+    ``nbytes()``, so ``t.data_ptr() == t.untyped_storage().data_ptr() + t.storage_offset() *
+    t.element_size()`` as on CPU. The class is set on the object torch made (same layout), not a copy:
+    torch keeps one Python object per storage."""
+
+    def data_ptr(self):
+        return self._hpu_st.address()
+
+    def nbytes(self):
+        return self._hpu_st.nbytes
+
+
+torch._storage_classes.add(HPUUntypedStorage)   # torch.is_storage() is true of it (as torch.cuda does)
+
+
 class HPUTensor(torch.Tensor):
     """A tensor on device "hpu": a view of a Storage. All ops go to the active mode."""
     __slots__ = ("_st", "_size", "_stride", "_offset", "_rc")
@@ -150,6 +168,15 @@ class HPUTensor(torch.Tensor):
         hpu tensors looked like one memory to code telling buffers apart by address, e.g. Intel's
         record_stream tests) and stable while it lives (in-place ops, mark_step do not move it)."""
         return self._st.address() + self._offset * self.element_size()
+
+    def untyped_storage(self):
+        """Torch's storage object of this tensor, as an ``HPUUntypedStorage``: its ``data_ptr()`` is
+        the Storage's emulated address (a wrapper subclass's storage raised "invalid python storage")."""
+        s = super().untyped_storage()
+        if type(s) is not HPUUntypedStorage:    # the same object each call while the tensor lives
+            s.__class__ = HPUUntypedStorage
+        s._hpu_st = self._st                   # resize_ may rebind the tensor to a fresh Storage
+        return s
 
     def __deepcopy__(self, memo):
         # torch's Tensor.__deepcopy__ clones a wrapper subclass whose data_ptr() is 0 (with an

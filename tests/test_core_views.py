@@ -83,6 +83,27 @@ def test_foreach_and_list_ops():
     assert_same(fn, (3,), (3,))
 
 
+def test_untyped_storage_data_ptr_relates_to_data_ptr_as_on_cpu():
+    # it raised "invalid python storage" (a wrapper subclass's storage): checkpoint writers and
+    # safetensors tell shared tensors apart by untyped_storage().data_ptr()
+    facts = {}
+    for dev in ("cpu", "hpu"):
+        t = torch.arange(12.).to(dev)
+        s = t.untyped_storage()
+        views = (t[2:], t.view(3, 4)[1], t.view(3, 4).t()[1], t.detach())
+        facts[dev] = ([v.untyped_storage().data_ptr() - s.data_ptr() for v in views],
+                      [v.data_ptr() - v.untyped_storage().data_ptr() - v.storage_offset() * v.element_size()
+                       for v in views],
+                      [v.untyped_storage().nbytes() for v in views], torch.is_storage(s),
+                      s.data_ptr() != 0, s.data_ptr() != torch.arange(12.).to(dev).untyped_storage().data_ptr(),
+                      torch.empty(0, device=dev).untyped_storage().data_ptr())
+        t.add_(1)                                  # in place: the same memory
+        assert t.untyped_storage().data_ptr() == s.data_ptr()
+        t.resize_(30)                              # grown: a new storage, data_ptr follows it
+        assert t.untyped_storage().data_ptr() == t.data_ptr() and t.untyped_storage().nbytes() == 120
+    assert facts["hpu"] == facts["cpu"] == ([0] * 4, [0] * 4, [48] * 4, True, True, True, 0)
+
+
 def test_data_dependent_ops_match_cpu():
     assert_same(lambda t: (t[t > 0], torch.nonzero(t > 0), torch.unique((t * 2).round()),
                            torch.masked_select(t, t < 0), t[torch.where(t > 0)]), (5, 5))

@@ -58,3 +58,43 @@ def test_foreach_like_cpu(name, mode):
         assert not isinstance(got, str), got
         assert [(x.dtype, x.shape) for x in got] == [(x.dtype, x.shape) for x in exp]
         assert all(torch.equal(x, y) for x, y in zip(got, exp))
+
+
+REFUSED_PARTWAY = {     # CPU refuses the second tensor of each; the first is already written
+    "add_ float into long": lambda ts, d: torch._foreach_add_(ts, [torch.full((3,), 2.).to(d), torch.full((3,), .5).to(d),
+                                                                  torch.full((3,), 2.).to(d)]),
+    "add_ shape mismatch": lambda ts, d: torch._foreach_add_(ts, [torch.ones(3).to(d), torch.ones(2, dtype=torch.long).to(d),
+                                                                 torch.ones(3).to(d)]),
+    "mul_ float scalar into long": lambda ts, d: torch._foreach_mul_(ts, 1.5),   # hpu: a device error later
+    "div_ into long": lambda ts, d: torch._foreach_div_(ts, 2),
+    "sqrt_ long": lambda ts, d: torch._foreach_sqrt_(ts),
+    "add_ scalar list": lambda ts, d: torch._foreach_add_(ts, [1.0, 0.5, 2.0]),
+    "addcmul_": lambda ts, d: torch._foreach_addcmul_(ts, [torch.ones(3).to(d)] * 3, [torch.ones(3).to(d)] * 3, value=.5),
+    "lerp_": lambda ts, d: torch._foreach_lerp_(ts, [torch.full((3,), 3.).to(d)] * 3, 0.5),
+}
+
+
+@pytest.mark.parametrize("case", REFUSED_PARTWAY)
+def test_a_foreach_op_refused_partway_writes_what_cpu_writes_first_and_raises_cpus_error(mode, case):
+    # CPU applies a foreach op tensor after tensor (no fast path): the tensors before the one it
+    # refuses are written. hpu wrote none and raised the meta kernel's message, or (mul_, div_, sqrt_)
+    # raised nothing at the op and failed on the device (hpu_lab/foreach_errors.py)
+    seen = {}
+    for dev in ("cpu", "hpu"):
+        ts = [torch.ones(3).to(dev), torch.ones(3, dtype=torch.long).to(dev), torch.ones(3).to(dev)]
+        with pytest.raises(RuntimeError) as err:
+            REFUSED_PARTWAY[case](ts, dev)
+        htcore.mark_step()
+        seen[dev] = ([t.cpu().tolist() for t in ts], str(err.value))
+    assert seen["hpu"] == seen["cpu"]
+    assert seen["cpu"][0][0] != [1.0, 1.0, 1.0] or case == "sqrt_ long"     # the first one was written
+
+
+def test_a_foreach_op_with_lists_of_unequal_length_writes_nothing_as_cpu():
+    seen = {}
+    for dev in ("cpu", "hpu"):
+        ts = [torch.ones(3).to(dev), torch.ones(3, dtype=torch.long).to(dev)]
+        with pytest.raises(RuntimeError) as err:
+            torch._foreach_add_(ts, [1.0, 0.5, 2.0])
+        seen[dev] = ([t.cpu().tolist() for t in ts], str(err.value))
+    assert seen["hpu"] == seen["cpu"] and seen["cpu"][0] == [[1.0] * 3, [1] * 3]

@@ -46,26 +46,54 @@ def test_a_loop_without_waits_has_no_blocked_time_quiet_or_beside_a_burning_proc
     thread descheduled while it holds the interpreter lock, autograd's thread waiting for a core)
     its modeled blocked time stays ~0, so host_ns is CPU time only; device spans and verdict match."""
     step = seed_setup()[2]
+    q0 = _run_queue_ns()
     quiet = pm.retime(recorded(step, n=30), "gaudi2")
+    q1 = _run_queue_ns()
     burn = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
         loaded = pm.retime(recorded(step, n=30), "gaudi2")
     finally:
         burn.kill()
         burn.wait()
-    for r in (quiet, loaded):
+    q2 = _run_queue_ns()
+    for r, waited_for_core in ((quiet, q1 - q0), (loaded, q2 - q1)):
         # measured before the fix: 15% of host_ns beside a burning process, up to 13% quiet. What
         # may remain (rarely) is one wait of about the switch interval: the worker descheduled in
-        # the few microseconds of Python it runs unreported (in Recipe.run, before TorchScript)
+        # the few microseconds of Python it runs unreported (in Recipe.run, before TorchScript).
+        # A starved process (nice 19 beside two burners: 8-48 ms counted) keeps some: measured with
+        # the process pinned to one core beside a burner at nice 10 (the user thread waiting for a
+        # core 10-16 s a recording of 10 steps), 4 recordings of 5 counted none, one 321 ms, in gaps
+        # of 500-611 ms that end while the worker runs a recipe in TorchScript (the interpreter lock
+        # released; its reported Python in the gap 0.12-0.55 ms, no unreported Python stretch of its
+        # own there). Cause not proven (docs/gaudi_clock.md section 3: a lead, the address space's
+        # lock taken by the worker's large allocations and frees); it appears only when the
+        # process is starved, so the bound allows 5% of this thread's wait for a core (2% measured
+        # at worst): ~0 on a quiet machine; the 15% of host_ns above is still caught while the
+        # thread waits for a core less than 3x its CPU time
         switch = sys.getswitchinterval() * 1e9
-        assert r.blocked_ns <= max(0.03 * r.host_ns, 1.2 * switch), r
+        assert r.blocked_ns <= max(0.03 * r.host_ns, 1.2 * switch) + 0.05 * waited_for_core, (r, waited_for_core)
     dev = lambda r: [(s.label, s.duration_ns) for lane, ss in sorted(r.spans.items()) if lane != "host" for s in ss]
     assert dev(quiet) == dev(loaded) and quiet.verdict == loaded.verdict == "host-bound"
 
 
+def _run_queue_ns() -> int:
+    """This thread's time spent waiting for a core so far (Linux schedstat; 0 elsewhere)."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
 def test_a_real_wait_is_still_counted_while_the_device_runs():
     """A sleep in the user's loop (a data loader waiting for its workers) while the device stream
-    runs the previous step's recipes is the user's wait: counted in full."""
+    runs the previous step's recipes is the user's wait: counted in full, but for what the model
+    takes out of any gap by its definition: the thread's wait for a core when the sleep ends, and
+    the device worker's reported Python overlapping it (the model cannot tell a sleep from a wait for
+    the interpreter lock the worker holds). Both are measured here; under load they grow (28.8 ms of
+    a 30 ms sleep was counted once at load ~8, failing a fixed 29 ms bound), so the bound follows
+    them. The recipes the worker runs meanwhile (TorchScript, without the lock) are not taken out:
+    reported whole, they hid the sleep entirely."""
     step = seed_setup(64)[2]
     a = torch.randn(512, 512).to(HPU)
 
@@ -78,12 +106,22 @@ def test_a_real_wait_is_still_counted_while_the_device_runs():
     busy_device()
     step()
     torch.hpu.synchronize()
+    sleeps = []
     with ev.Collector() as c:
         for _ in range(4):
             busy_device()
+            q0, t0 = _run_queue_ns(), time.perf_counter_ns()
             time.sleep(0.03)
+            q1, t1 = _run_queue_ns(), time.perf_counter_ns()
+            sleeps.append((t0, t1, q1 - q0, ev._emulator_python_in(t0, t1)))
             step()
         torch.hpu.synchronize()
     r = pm.retime(c.events, "gaudi2")
-    waits = sorted(e.duration_ns for e in r.events if isinstance(e, ev.HostWait))
-    assert len(waits) >= 4 and all(w >= 29_000_000 for w in waits[-4:]), waits
+    waits = sorted(e.duration_ns for e in r.events if isinstance(e, ev.HostWait))[-4:]
+    assert len(waits) == 4, waits
+    device = [sum(max(min(e.t_end, t1) - max(e.t_start, t0), 0) for e in c.of(ev.DeviceExecution))
+              for t0, t1, _, _ in sleeps]
+    for (t0, t1, runq, python), ran in zip(sleeps, device):
+        assert python < 0.25 * ran, (python, ran)      # the recipes' runs are not the worker's Python
+    allowed = max(runq + python for _, _, runq, python in sleeps)
+    assert all(w >= 29_000_000 - allowed for w in waits), (waits, sleeps)

@@ -133,6 +133,14 @@ def _is_view(n) -> bool:
     return n.op in _FREE or n.tensor_class == "alias"
 
 
+def _through_layouts(m, by_index, stop=()):
+    """The producer behind node ``m`` through views and transposes of a single input (what an MME
+    operand really is), stopping early at a node in ``stop``; None past the graph's inputs."""
+    while m is not None and (_is_view(m) or m.op in _TRANSPOSES) and len(m.inputs) == 1 and m.index not in stop:
+        m = by_index.get(m.inputs[0])
+    return m
+
+
 def _is_float_cast(n) -> bool:
     return n.is_cast and n.dtype.startswith(("float", "bfloat"))
 
@@ -208,9 +216,7 @@ def _mme_fusions(nodes, by_index, consumers):
             continue
         loads, stores = set(), set()
         for i in n.inputs:
-            m = by_index.get(i)
-            while m is not None and (_is_view(m) or m.op in _TRANSPOSES) and len(m.inputs) == 1:
-                m = by_index.get(m.inputs[0])
+            m = _through_layouts(by_index.get(i), by_index)
             if m is not None and _is_float_cast(m) and m.cluster < 0 and mme_only(m):
                 loads.add(m.index)
         frontier = [n]
@@ -254,10 +260,7 @@ def _mme_bytes(n, by_index, consumers, out_nodes, loads, stores) -> int:
         for i, b in zip(by_index[x].inputs, by_index[x].in_bytes):
             if i in fused:
                 continue
-            m = by_index.get(i)
-            while m is not None and (_is_view(m) or m.op in _TRANSPOSES) and len(m.inputs) == 1 \
-                    and m.index not in loads:
-                m = by_index.get(m.inputs[0])
+            m = _through_layouts(by_index.get(i), by_index, stop=loads)
             if m is not None and m.index in fused:
                 continue                 # a view of the node's own result: it never left the MME
             if m is not None and m.index in loads and m.inputs and m.inputs[0] in by_index:
