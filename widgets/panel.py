@@ -6,9 +6,11 @@ and table comes from the pure views (graph_view, timeline, recompiles, metrics_v
 Live updates: while attached, each event is appended to the panel's ``EventLog`` (op events a run at
 a time, kept as the run until the events are read: events.OpRun); on each other event, on the main thread, the panel redraws the *visible* tab when (1) at least ``min_interval`` seconds passed since the last
 redraw and (2) the time spent redrawing, counting the redraw about to happen (estimated from the
-slowest redraw of that tab so far), stays within ``budget`` (5%) of the time the section has run. So the
-overhead is bounded from the first redraw on: with a first guess of 0.25 s per redraw, a loop
-sees its first live redraw after ~5 s, short cells only the final panel. ``panel.stats`` counts
+slowest redraw of that tab so far), stays within ``budget`` (BUDGET: 2%) of the time the section has
+run. So the overhead is bounded from the first redraw on: with a first guess of 0.25 s per redraw, a
+loop sees its first live redraw after ~12 s, short cells only the final panel. (The budget was 5%:
+a loop stretched past ~5 s by the load got a 0.25-0.5 s redraw, half of the 10% that observing a
+loop may cost in all, issue 14 point 5; see docs/gaudi_clock.md section 7.) ``panel.stats`` counts
 redraws and their time; ``overhead()`` = live redraw time / section time. Measured on a 2-core
 machine: the observer itself costs ~0.25 us per event more than a bare Collector (~0.3% of a
 small MLP training step); a 1500-step loop saw 1 live redraw, 4.2% of its time.
@@ -33,6 +35,7 @@ from .recompiles import recompiles_html
 from .timeline import draw_timeline
 
 TABS = ("Graph", "Timeline", "Recompiles", "Metrics", "Advice")
+BUDGET = 0.02                # live redraws take at most this share of the section's time
 FIRST_COST_GUESS = 0.25      # seconds a redraw is assumed to take before one has been measured
 LIVE_STEPS = 12              # a live timeline shows the latest steps only (cheaper, and what is new)
 FINAL_STEPS = 60            # a finished section's timeline shows its latest steps (the slider shows others)
@@ -116,7 +119,7 @@ class SectionPanel:
     """Graph | Timeline | Recompiles | Metrics | Advice for the events of one section."""
 
     def __init__(self, title: str = "", events=None, min_interval: float = 0.5,
-                 budget: float = 0.05, dpi: int = 80):
+                 budget: float = BUDGET, dpi: int = 80):
         self.title = title
         # events: a list, or the EventLog of a section that is recording (shared with it)
         self.log = events if isinstance(events, ev.EventLog) else ev.EventLog(events)
@@ -140,7 +143,7 @@ class SectionPanel:
         self.outputs = {name: W.Output() for name in TABS}
         for out in self.outputs.values():
             out.outputs = (html_bundle("<p style='color:#777'>Waiting for events. While the cell runs this tab is "
-                                       "redrawn only as often as keeps the redraws under 5% of the run time; "
+                                       f"redrawn only as often as keeps the redraws under {100 * budget:.0f}% of the run time; "
                                        "it is drawn in full when the cell ends.</p>"),)
         self.graph_select = W.Dropdown(description="graph", options=[], layout=W.Layout(width="70%"))
         self.collapse_select = W.Dropdown(description="clusters",
