@@ -24,6 +24,7 @@ import time
 from typing import List, Optional, Sequence
 
 import ipywidgets as W
+from ipywidgets.widgets.widget_string import HTMLStyle
 
 from hpu_lab import events as ev
 
@@ -140,7 +141,11 @@ class SectionPanel:
         self._quiet = False                 # set while the panel itself updates its selectors
         self.finished = False
 
-        self.outputs = {name: W.Output() for name in TABS}
+        # Every widget is a comm opened with the front end (~1 ms each in a kernel, on the cell's
+        # time), and each one given no layout or style makes its own: those that keep the defaults
+        # share one Layout (and the two HTML lines one style): 26 comms instead of 40.
+        plain, html_style = W.Layout(), HTMLStyle()
+        self.outputs = {name: W.Output(layout=plain) for name in TABS}
         for out in self.outputs.values():
             out.outputs = (html_bundle("<p style='color:#777'>Waiting for events. While the cell runs this tab is "
                                        f"redrawn only as often as keeps the redraws under {100 * budget:.0f}% of the run time; "
@@ -151,20 +156,22 @@ class SectionPanel:
                                           value="auto", layout=W.Layout(width="25%"))
         self.step_range = W.IntRangeSlider(description="steps", min=0, max=0, value=(0, 0),
                                            continuous_update=False, layout=W.Layout(width="60%"))
-        self.status = W.HTML()
+        self.status = W.HTML(layout=plain, style=html_style)
         # the Gaudi clock (the recorded work re-timed on the card) by default; measured one click away
         self.clock_select = W.ToggleButtons(options=[("Gaudi clock (modeled)", "gaudi"),
                                                      ("measured on this CPU", "measured")],
                                             value=CLOCK["clock"], description="clock",
-                                            style={"button_width": "170px"})
+                                            style={"button_width": "170px"}, layout=plain)
         pages = {
-            "Graph": W.VBox([W.HBox([self.graph_select, self.collapse_select]), self.outputs["Graph"]]),
-            "Timeline": W.VBox([W.HBox([self.clock_select]), self.step_range, self.outputs["Timeline"]]),
+            "Graph": W.VBox([W.HBox([self.graph_select, self.collapse_select], layout=plain), self.outputs["Graph"]],
+                            layout=plain),
+            "Timeline": W.VBox([W.HBox([self.clock_select], layout=plain), self.step_range, self.outputs["Timeline"]],
+                               layout=plain),
         }
-        self.tab = W.Tab(children=[pages.get(n, self.outputs[n]) for n in TABS])
+        self.tab = W.Tab(children=[pages.get(n, self.outputs[n]) for n in TABS], layout=plain)
         self.tab.titles = TABS
-        header = W.HTML(f"<h3 style='margin:4px 0'>{_esc(title)}</h3>" if title else "")
-        self.widget = W.VBox([header, self.status, self.tab])
+        header = W.HTML(f"<h3 style='margin:4px 0'>{_esc(title)}</h3>" if title else "", layout=plain, style=html_style)
+        self.widget = W.VBox([header, self.status, self.tab], layout=plain)
 
         self.tab.observe(lambda ch: self._show(TABS[ch["new"]]), names="selected_index")
         self.graph_select.observe(lambda ch: self._on_control("Graph"), names="value")
