@@ -74,12 +74,14 @@ def test_live_refresh_is_throttled_and_measured():
     p.attach(live=True)
     try:
         src = host_bound_loop(steps=3)
+        # ops and a mark_step (the panel looks for a due redraw on a step, a launch, a sync...)
+        chunk = src[:49] + [next(e for e in src if type(e) is ev.MarkStep)]
         # 0.4 s of events, and on until the first live redraw: on a loaded machine the loop may
         # stall past the moment its first redraw was allowed (at 0.25 s, the 50% budget of the
         # first guess), and the test is about the throttle, not about the machine's speed
         t0 = time.perf_counter()
         while time.perf_counter() < t0 + 0.4 or (not p.stats["live_refreshes"] and time.perf_counter() < t0 + 20):
-            for e in src[:50]:
+            for e in chunk:
                 ev.emit(e)
             time.sleep(0.01)
     finally:
@@ -216,13 +218,14 @@ def test_live_redraws_stay_within_the_time_budget():
     p = widgets.SectionPanel("budget", min_interval=0.0, budget=0.2)
     p.tab.selected_index = 1                                  # the timeline: the costly tab
     src = host_bound_loop(steps=20)
+    chunk = src[:19] + [next(e for e in src if type(e) is ev.MarkStep)]     # ops and a mark_step
     p.attach(live=True)
     try:
         # the first redraw is allowed after 1 s (0.25 s first guess, 20% budget): run 1.5 s, and on
         # until it has happened if a loaded machine stalled the loop
         t0 = time.perf_counter()
         while time.perf_counter() < t0 + 1.5 or (not p.stats["live_refreshes"] and time.perf_counter() < t0 + 20):
-            for e in src[:20]:
+            for e in chunk:
                 ev.emit(e)
             time.sleep(0.002)
     finally:
@@ -234,7 +237,7 @@ def test_live_redraws_stay_within_the_time_budget():
 
 
 def test_short_block_gets_no_live_redraw_with_the_default_budget():
-    p = widgets.SectionPanel("short")                         # 5% budget, 0.25 s first guess
+    p = widgets.SectionPanel("short")                         # 2% budget, 0.25 s first guess
     p.attach(live=True)
     try:
         for e in host_bound_loop(steps=3):
@@ -357,3 +360,61 @@ def test_a_live_panel_does_constant_work_per_event_between_redraws():
     assert p.stats["refreshes"] == 0 and list.__len__(events) == 2100
     per_event = [c / n for c, n in zip(calls, (100, 2000))]
     assert per_event[1] <= per_event[0] * 1.05, per_event     # calls per event do not grow
+
+
+def test_live_redraws_start_after_12_s_of_a_loop_with_the_default_budget(monkeypatch):
+    """The default budget is 2% (issue 14 point 5: observing a loop may cost 10% in all; with 5% a
+    loop the load stretched past ~5 s got a 0.25-0.5 s redraw). On a stand-in clock: with the first
+    guess of 0.25 s, no live redraw at 6 s of the section, one at 13 s."""
+    import types
+    now = [100.0]
+    monkeypatch.setattr(pn, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
+    p = widgets.SectionPanel("default budget")
+    p.attach(live=True)
+    src = host_bound_loop(steps=3)
+    try:
+        now[0] += 6.0
+        for e in src:
+            ev.emit(e)
+        assert p.stats["live_refreshes"] == 0       # 0.25 s > 2% of 6.25 s (the 5% budget redrew here)
+        now[0] += 7.0
+        ev.emit(ev.MarkStep(0, 1, "host", 3))
+        assert p.stats["live_refreshes"] == 1       # 0.25 s <= 2% of 13.25 s
+    finally:
+        p.detach()
+    assert p.budget == pn.BUDGET == 0.02
+
+
+def test_a_panel_opens_few_widgets():
+    """Each widget is a comm opened with the front end (~1 ms each in a kernel, on the time of the
+    cell that enters a section): those that keep the default layout share one, 26 instead of 40."""
+    from ipywidgets.widgets.widget import _instances
+    widgets.SectionPanel("first")                             # one-time set-up out of the count
+    before = set(_instances)
+    p = widgets.SectionPanel("counted")
+    assert len(set(_instances) - before) <= 26
+    assert len({id(o.layout) for o in p.outputs.values()}) == 1 and p.tab.layout is p.widget.layout
+
+
+def test_a_live_panel_keeps_every_event_and_looks_for_a_redraw_on_few(monkeypatch):
+    """Every event reaches the panel's log by list.append (no panel code per event, none on the
+    device thread); the live check runs on LIVE_KINDS only (a few a step), after the event is logged."""
+    seen = []
+    real = pn.SectionPanel._on_event
+
+    def counted(self, e):
+        seen.append((type(e), e in self.log.items))
+        return real(self, e)
+    monkeypatch.setattr(pn.SectionPanel, "_on_event", counted)
+    src = host_bound_loop(steps=3)
+    p = widgets.SectionPanel("", min_interval=3600.0)          # no redraw in the test
+    p.attach(live=True)
+    try:
+        for e in src:
+            ev.emit(e)
+    finally:
+        p.detach()
+    assert p.events == src
+    live = [e for e in src if isinstance(e, pn.LIVE_KINDS)]
+    assert len(seen) == len(live) < len(src) / 10
+    assert all(kind in pn.LIVE_KINDS and logged for kind, logged in seen)

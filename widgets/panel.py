@@ -3,15 +3,17 @@
 The panel holds state only (the events, which graph and which steps are selected); every picture
 and table comes from the pure views (graph_view, timeline, recompiles, metrics_view, advisor).
 
-Live updates: while attached, each event is appended to the panel's ``EventLog`` (op events a run at
-a time, kept as the run until the events are read: events.OpRun); on each other event, on the main thread, the panel redraws the *visible* tab when (1) at least ``min_interval`` seconds passed since the last
+Live updates: while attached, each event is appended to the panel's ``EventLog`` (by ``list.append``
+itself, as a bare Collector does; op events a run at a time, kept as the run until the events are
+read: events.OpRun); on each event of ``LIVE_KINDS`` (a few a step), on the main thread, the panel
+redraws the *visible* tab when (1) at least ``min_interval`` seconds passed since the last
 redraw and (2) the time spent redrawing, counting the redraw about to happen (estimated from the
-slowest redraw of that tab so far), stays within ``budget`` (5%) of the time the section has run. So the
-overhead is bounded from the first redraw on: with a first guess of 0.25 s per redraw, a loop
-sees its first live redraw after ~5 s, short cells only the final panel. ``panel.stats`` counts
-redraws and their time; ``overhead()`` = live redraw time / section time. Measured on a 2-core
-machine: the observer itself costs ~0.25 us per event more than a bare Collector (~0.3% of a
-small MLP training step); a 1500-step loop saw 1 live redraw, 4.2% of its time.
+slowest redraw of that tab so far), stays within ``budget`` (BUDGET: 2%) of the time the section has
+run. So the overhead is bounded from the first redraw on: with a first guess of 0.25 s per redraw, a
+loop sees its first live redraw after ~12 s, short cells only the final panel. (The budget was 5%:
+a loop stretched past ~5 s by the load got a 0.25-0.5 s redraw, half of the 10% that observing a
+loop may cost in all, issue 14 point 5; see docs/gaudi_clock.md section 7.) ``panel.stats`` counts
+redraws and their time; ``overhead()`` = live redraw time / section time.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ import time
 from typing import List, Optional, Sequence
 
 import ipywidgets as W
+from ipywidgets.widgets.widget_string import HTMLStyle
 
 from hpu_lab import events as ev
 
@@ -33,10 +36,14 @@ from .recompiles import recompiles_html
 from .timeline import draw_timeline
 
 TABS = ("Graph", "Timeline", "Recompiles", "Metrics", "Advice")
+BUDGET = 0.02                # live redraws take at most this share of the section's time
 FIRST_COST_GUESS = 0.25      # seconds a redraw is assumed to take before one has been measured
 LIVE_STEPS = 12              # a live timeline shows the latest steps only (cheaper, and what is new)
 FINAL_STEPS = 60            # a finished section's timeline shows its latest steps (the slider shows others)
 LIVE_DPI = 60                # live redraws are rendered smaller; the final redraw at full dpi
+# the events on which a live panel looks whether a redraw is due: the user's thread making progress
+# (a step, a launch, a sync, a compile, a replay), a few a step; every event reaches the log itself
+LIVE_KINDS = (ev.MarkStep, ev.Launch, ev.HostSync, ev.Compile, ev.Replay)
 
 
 def figure_bundle(fig, dpi: int = 80, scroll_above_px: int = 1400) -> dict:
@@ -116,7 +123,7 @@ class SectionPanel:
     """Graph | Timeline | Recompiles | Metrics | Advice for the events of one section."""
 
     def __init__(self, title: str = "", events=None, min_interval: float = 0.5,
-                 budget: float = 0.05, dpi: int = 80):
+                 budget: float = BUDGET, dpi: int = 80):
         self.title = title
         # events: a list, or the EventLog of a section that is recording (shared with it)
         self.log = events if isinstance(events, ev.EventLog) else ev.EventLog(events)
@@ -126,6 +133,7 @@ class SectionPanel:
         self.stats = {"refreshes": 0, "refresh_s": 0.0, "live_refreshes": 0, "live_s": 0.0, "events": 0,
                       "wall_s": 0.0}
         self._handle = None
+        self._live_handle = None
         self._attached_at = 0.0
         self._next_allowed = 0.0
         self._cost = {name: FIRST_COST_GUESS for name in TABS}    # seconds per redraw: the worst measured
@@ -137,10 +145,14 @@ class SectionPanel:
         self._quiet = False                 # set while the panel itself updates its selectors
         self.finished = False
 
-        self.outputs = {name: W.Output() for name in TABS}
+        # Every widget is a comm opened with the front end (~1 ms each in a kernel, on the cell's
+        # time), and each one given no layout or style makes its own: those that keep the defaults
+        # share one Layout (and the two HTML lines one style): 26 comms instead of 40.
+        plain, html_style = W.Layout(), HTMLStyle()
+        self.outputs = {name: W.Output(layout=plain) for name in TABS}
         for out in self.outputs.values():
             out.outputs = (html_bundle("<p style='color:#777'>Waiting for events. While the cell runs this tab is "
-                                       "redrawn only as often as keeps the redraws under 5% of the run time; "
+                                       f"redrawn only as often as keeps the redraws under {100 * budget:.0f}% of the run time; "
                                        "it is drawn in full when the cell ends.</p>"),)
         self.graph_select = W.Dropdown(description="graph", options=[], layout=W.Layout(width="70%"))
         self.collapse_select = W.Dropdown(description="clusters",
@@ -148,20 +160,22 @@ class SectionPanel:
                                           value="auto", layout=W.Layout(width="25%"))
         self.step_range = W.IntRangeSlider(description="steps", min=0, max=0, value=(0, 0),
                                            continuous_update=False, layout=W.Layout(width="60%"))
-        self.status = W.HTML()
+        self.status = W.HTML(layout=plain, style=html_style)
         # the Gaudi clock (the recorded work re-timed on the card) by default; measured one click away
         self.clock_select = W.ToggleButtons(options=[("Gaudi clock (modeled)", "gaudi"),
                                                      ("measured on this CPU", "measured")],
                                             value=CLOCK["clock"], description="clock",
-                                            style={"button_width": "170px"})
+                                            style={"button_width": "170px"}, layout=plain)
         pages = {
-            "Graph": W.VBox([W.HBox([self.graph_select, self.collapse_select]), self.outputs["Graph"]]),
-            "Timeline": W.VBox([W.HBox([self.clock_select]), self.step_range, self.outputs["Timeline"]]),
+            "Graph": W.VBox([W.HBox([self.graph_select, self.collapse_select], layout=plain), self.outputs["Graph"]],
+                            layout=plain),
+            "Timeline": W.VBox([W.HBox([self.clock_select], layout=plain), self.step_range, self.outputs["Timeline"]],
+                               layout=plain),
         }
-        self.tab = W.Tab(children=[pages.get(n, self.outputs[n]) for n in TABS])
+        self.tab = W.Tab(children=[pages.get(n, self.outputs[n]) for n in TABS], layout=plain)
         self.tab.titles = TABS
-        header = W.HTML(f"<h3 style='margin:4px 0'>{_esc(title)}</h3>" if title else "")
-        self.widget = W.VBox([header, self.status, self.tab])
+        header = W.HTML(f"<h3 style='margin:4px 0'>{_esc(title)}</h3>" if title else "", layout=plain, style=html_style)
+        self.widget = W.VBox([header, self.status, self.tab], layout=plain)
 
         self.tab.observe(lambda ch: self._show(TABS[ch["new"]]), names="selected_index")
         self.graph_select.observe(lambda ch: self._on_control("Graph"), names="value")
@@ -184,21 +198,26 @@ class SectionPanel:
             self._quiet = False
         self._attached_at = time.perf_counter()
         self._next_allowed = self._attached_at + self.min_interval
-        # op events arrive in runs (events.op_accumulated), kept as one item a run until read: no
-        # event object is built and no check is made per op while the section runs
-        self._handle = ev.subscribe(self._on_event, runs=self.log.add)
+        # Every event goes to the log as a bare Collector's does (list.append: no Python frame, so
+        # the recorder's observer time stays short and the device thread's events run no panel
+        # code); op events arrive in runs (events.op_accumulated), kept as one item a run until
+        # read. Whether a redraw is due is looked at on a few kinds of the user's thread only.
+        self._handle = ev.subscribe(self.log.add, runs=self.log.add)
+        if live:
+            self._live_handle = ev.subscribe(self._on_event, LIVE_KINDS)
         return self
 
     def detach(self) -> None:
+        if self._live_handle is not None:
+            self._live_handle.remove()
+            self._live_handle = None
         if self._handle is not None:
             self._handle.remove()
             self._handle = None
             self.stats["wall_s"] += time.perf_counter() - self._attached_at
 
     def _on_event(self, e: ev.Event) -> None:
-        self.log.add(e)
-        if not self.live:
-            return
+        """A LIVE_KINDS event, already in the log: redraw the visible tab if one is due."""
         now = time.perf_counter()
         if now < self._next_allowed or threading.current_thread() is not threading.main_thread():
             return                          # never draw on the device's worker thread

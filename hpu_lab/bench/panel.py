@@ -1,33 +1,44 @@
 """Panel overhead (issue 14, point 5): a 600-step seed-style MLP loop in a Jupyter kernel, plain and
-inside ``widgets.section(...)`` with its live panel, alternately, in the same kernel.
+inside ``widgets.section(...)`` with its live panel, in the same kernel. Target: the loop's wall
+time <= 10% over plain.
 
-Two figures per run of the loop with the panel: the loop itself (to the end of the ``with`` body:
-what live redraws and the panel's subscriptions cost while the loop runs) and the whole cell (plus
-the final redraw when the section ends). Wall time is what a learner waits for; the kernel
-process's CPU time (every thread) is steadier on a loaded machine. The overhead is the median over
-``rounds`` rounds of each round's ratio (a plain loop and a panel loop run back to back, in turns
-first, so that a change of load between rounds cancels). Target: loop <= 10% over plain.
+The method (so that it can decide, on a VM whose rounds spread over tens of points even idle):
 
-The garbage collector's time is reported: a full collection walks every object of the kernel
-(0.3-0.7 s here). One falls due once enough objects have survived since the last one (a quarter
-of the kernel's), so it lands in whichever loop tips the count, and a loop that keeps many objects
-(a recording's events, if the collector tracked them) brings them on more often: the totals over
-all rounds, per kind of loop, show it where a median would not; so does the ratio of total CPU
-times. Each loop starts right after a full collection (``gc.collect()``, outside the timing), so
-that a collection the previous cell made due does not land in whichever loop comes next: a loop
-pays for the collections its own allocations bring on. One round is run first and reported apart: the kernel's first panel pays one-time imports
-(matplotlib's start-up, ~1 s) that no later section pays.
+- Paired rounds, ABBA: each round runs the kinds of loop back to back, in turns first (round 0
+  plain then section, round 1 section then plain, ...), so that a change of load cancels over two
+  rounds; a first round is run and reported apart (the kernel's first panel pays matplotlib's
+  start-up, ~1 s, that no later section pays).
+- Each loop starts right after ``gc.collect()`` (outside the timing): a loop pays only the
+  collections its own allocations bring on, not one an earlier cell made due.
+- The figure is the median of the rounds' paired ratios (section / plain - 1) with a 95%
+  bootstrap interval of that median (the rounds resampled, a fixed seed) and the quartiles. The
+  verdict: "met" when the interval's upper end is <= 10%, "not met" when its lower end is above,
+  else "undecided" (more rounds narrow the interval).
+- Wall time is what a learner waits for; the kernel process's CPU time (every thread: the user's,
+  the emulator's device thread, autograd's, the kernel's own) and the main thread's CPU time are
+  reported beside it, with the same statistics: they are steadier on a loaded machine.
+- An optional third kind, ``recording`` (a bare ``events.Collector``: every event kept, no
+  panel), splits the section's overhead into what recording at all costs and what the panel adds.
+
+Also reported: the garbage collector's time and full collections per kind of loop (totals over
+all rounds: a full collection walks every object of the kernel, 0.3-0.7 s here), the time to
+enter the section (the panel built and shown), the live redraws inside the loops, the whole
+cell (the loop plus the final redraw) and the load average before and after.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import random
 import statistics
 
 TARGET = 0.10
+KINDS = ("plain", "section", "recording")
 
 SETUP = """
 import functools, gc, json, time, torch, hpu_lab, widgets
+from hpu_lab import events as _ev
 from hpu_lab.examples import Net, train_step
 torch.manual_seed(0)
 _model = Net().to("hpu")
@@ -38,8 +49,7 @@ for _ in range(5):
     _step()
 torch.hpu.synchronize()
 
-# the garbage collector's time (a full collection walks every object of the kernel, a noticeable
-# share of the loop; what a loop keeps brings the next one on)
+# the garbage collector's time (a full collection walks every object of the kernel)
 _gc = [0.0, 0, 0.0]     # seconds in collections, full collections, start of the current one
 
 def _gc_hook(phase, info):
@@ -51,43 +61,88 @@ def _gc_hook(phase, info):
 
 gc.callbacks.append(_gc_hook)
 
-def _plain(n):
+def _start():
     gc.collect()            # each loop starts with nothing pending: it pays only the collections it brings on
     _gc[:2] = [0.0, 0]
-    t, c = time.perf_counter(), time.process_time()
+    return time.perf_counter(), time.process_time(), time.thread_time()
+
+def _loop(n):
     for _ in range(n):
         _step()
     torch.hpu.synchronize()
-    return time.perf_counter() - t, time.process_time() - c, _gc[0], _gc[1]
 
-def _panel(n):
-    gc.collect()
-    _gc[:2] = [0.0, 0]
-    t, c = time.perf_counter(), time.process_time()
+def _stop(t):
+    return {{"wall": time.perf_counter() - t[0], "cpu": time.process_time() - t[1],
+             "main_cpu": time.thread_time() - t[2], "gc_s": _gc[0], "full_gcs": _gc[1]}}
+
+def _plain(n):
+    t = _start()
+    _loop(n)
+    return _stop(t)
+
+def _recording(n):
+    t = _start()
+    with _ev.Collector() as c:
+        _loop(n)
+        r = _stop(t)
+    r["events"] = len(c.events)
+    return r
+
+def _section(n):
+    t = _start()
     with widgets.section("bench: panel overhead") as s:
-        entered = time.perf_counter() - t
-        for _ in range(n):
-            _step()
-        torch.hpu.synchronize()
-        loop, loop_cpu, loop_gc = time.perf_counter() - t, time.process_time() - c, tuple(_gc[:2])
-        live = s._panel.stats["live_refreshes"], s._panel.stats["live_s"]
-    return loop, time.perf_counter() - t, loop_cpu, *loop_gc, entered, *live
+        entered = time.perf_counter() - t[0]
+        _loop(n)
+        r = _stop(t)
+    r.update(cell=time.perf_counter() - t[0], entry=entered, live_redraws=s._panel.stats["live_refreshes"],
+             live_s=s._panel.stats["live_s"], events=len(s.events))
+    return r
 
-def _round(n, panel_first):
-    if panel_first:
-        w = _panel(n)
-        return [*_plain(n), *w]
-    return [*_plain(n), *_panel(n)]
+def _round(n, kinds):
+    return {{k: globals()["_" + k](n) for k in kinds}}
 """
 
 
-KEYS = ("plain_s", "plain_cpu_s", "plain_gc_s", "plain_full_gcs", "loop_s", "cell_s", "loop_cpu_s",
-        "loop_gc_s", "loop_full_gcs", "entry_s", "live_redraws", "live_s")
+def order(i: int, kinds) -> list:
+    """The kinds of loop of round ``i``: in the given order on even rounds, reversed on odd ones
+    (ABBA over two rounds)."""
+    return list(kinds) if i % 2 == 0 else list(reversed(kinds))
 
 
-def measure(steps: int = 600, rounds: int = 5, batch: int = 64, timeout: float = 600) -> dict:
-    """Medians over ``rounds`` (after a first round reported apart as ``first``) of KEYS, and of each
-    round's overheads: ``loop_over`` (loop wall / plain wall - 1), ``cell_over``, ``cpu_over``."""
+def summary(xs, boots: int = 2000, seed: int = 0) -> dict:
+    """Median, quartiles and a 95% bootstrap interval of the median of ``xs``."""
+    xs = sorted(xs)
+    rng = random.Random(seed)
+    meds = sorted(statistics.median(rng.choices(xs, k=len(xs))) for _ in range(boots))
+    q = statistics.quantiles(xs, n=4) if len(xs) > 1 else [xs[0]] * 3
+    return {"median": statistics.median(xs), "q1": q[0], "q3": q[2],
+            "lo": meds[int(0.025 * boots)], "hi": meds[int(0.975 * boots) - 1], "n": len(xs)}
+
+
+def verdict(s: dict, target: float = TARGET) -> str:
+    """"met" when the whole interval is within the target, "not met" when it is all above it."""
+    if s["hi"] <= target:
+        return "met"
+    if s["lo"] > target:
+        return "not met"
+    return "undecided"
+
+
+def overheads(rows, kind: str) -> dict:
+    """Paired ratios of ``kind`` over the plain loop of the same round, per measure."""
+    out = {"wall": [r[kind]["wall"] / r["plain"]["wall"] - 1 for r in rows],
+           "cpu": [r[kind]["cpu"] / r["plain"]["cpu"] - 1 for r in rows],
+           "main_cpu": [r[kind]["main_cpu"] / r["plain"]["main_cpu"] - 1 for r in rows]}
+    if kind == "section":
+        out["cell"] = [r[kind]["cell"] / r["plain"]["wall"] - 1 for r in rows]
+    return out
+
+
+def measure(steps: int = 600, rounds: int = 12, batch: int = 64, kinds=("plain", "section"),
+            timeout: float = 600) -> dict:
+    """``rounds`` paired rounds (after a first one, reported apart) of the ``kinds`` of loop in a
+    fresh kernel; returns the rows, the first round, the summaries of the paired overheads and the
+    load average before and after."""
     from jupyter_client.manager import start_new_kernel
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -107,57 +162,75 @@ def measure(steps: int = 600, rounds: int = 5, batch: int = 64, timeout: float =
         rows = []
         for i in range(rounds + 1):
             out.clear()
-            run(f"print(json.dumps(_round({steps}, {i % 2 == 1})))")
-            rows.append(dict(zip(KEYS, json.loads("".join(out).strip().splitlines()[-1]))))
+            run(f"print(json.dumps(_round({steps}, {order(i, kinds)!r})))")
+            rows.append(json.loads("".join(out).strip().splitlines()[-1]))
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
-    # each row: plain wall, plain CPU, plain GC s, plain full GCs, loop wall, cell wall, loop CPU,
-    # loop GC s, loop full GCs (CPU: the kernel process's, every thread; GC: time in the garbage
-    # collector, and its full collections), time to enter the section (the panel built and shown),
-    # the live redraws inside the loop and their time
     first, rows = rows[0], rows[1:]
-    for r in rows:
-        r["loop_over"] = r["loop_s"] / r["plain_s"] - 1
-        r["cell_over"] = r["cell_s"] / r["plain_s"] - 1
-        r["cpu_over"] = r["loop_cpu_s"] / r["plain_cpu_s"] - 1
-    med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
-    total = {f"total_{k}": sum(r[k] for r in rows) for k in KEYS}
-    return {**med, **total, "rows": rows, "first": first, "steps": steps, "load_before": load_before,
-            "load": os.getloadavg()}
+    over = {k: {m: summary(v) for m, v in overheads(rows, k).items()} for k in kinds if k != "plain"}
+    return {"rows": rows, "first": first, "over": over, "steps": steps, "kinds": list(kinds),
+            "load_before": load_before, "load": os.getloadavg()}
+
+
+def _pct(s: dict) -> str:
+    return (f"{100 * s['median']:+5.1f}%  (95% interval of the median {100 * s['lo']:+.1f}..{100 * s['hi']:+.1f}%, "
+            f"quartiles {100 * s['q1']:+.1f}..{100 * s['q3']:+.1f}%)")
+
+
+def report(r: dict) -> None:
+    rows, n = r["rows"], len(r["rows"])
+    print(f"\n== Panel overhead: {r['steps']} seed-style MLP steps in a Jupyter kernel, {n} paired rounds (ABBA) ==")
+    med = {k: {m: statistics.median(x[k][m] for x in rows) for m in ("wall", "cpu", "main_cpu")} for k in r["kinds"]}
+    for k in r["kinds"]:
+        print(f"{k:9s} loop: median wall {med[k]['wall']:5.2f} s, process CPU {med[k]['cpu']:5.2f} s, "
+              f"main thread CPU {med[k]['main_cpu']:5.2f} s")
+    s = r["over"]["section"]
+    print(f"section over plain, loop wall   {_pct(s['wall'])}\n"
+          f"  target <= {100 * TARGET:.0f}%: {verdict(s['wall'])}")
+    print(f"  whole cell (final redraw)     {_pct(s['cell'])}")
+    print(f"  process CPU                   {_pct(s['cpu'])}")
+    print(f"  main thread CPU               {_pct(s['main_cpu'])}")
+    if "recording" in r["over"]:
+        g = r["over"]["recording"]
+        print(f"recording (a bare Collector) over plain: wall {_pct(g['wall'])}\n"
+              f"  process CPU {_pct(g['cpu'])}\n  main thread CPU {_pct(g['main_cpu'])}")
+    sec = [x["section"] for x in rows]
+    print(f"entering the section (the panel built and shown): median {1000 * statistics.median(x['entry'] for x in sec):.0f} ms; "
+          f"live redraws over all rounds: {sum(x['live_redraws'] for x in sec)}, {sum(x['live_s'] for x in sec):.2f} s")
+    print("garbage collector over all rounds: " + ", ".join(
+        f"{k} {sum(x[k]['gc_s'] for x in rows):.2f} s ({sum(x[k]['full_gcs'] for x in rows)} full)" for k in r["kinds"]))
+    print("per round, section over plain (loop wall / process CPU): " + ", ".join(
+        f"{100 * (x['section']['wall'] / x['plain']['wall'] - 1):+.0f}/{100 * (x['section']['cpu'] / x['plain']['cpu'] - 1):+.0f}"
+        for x in rows))
+    f = r["first"]
+    print(f"first round, with the kernel's one-time imports: plain {f['plain']['wall']:.2f} s, "
+          f"section loop {f['section']['wall']:.2f} s, cell {f['section']['cell']:.2f} s")
+    print("load average before: " + " ".join(f"{x:.1f}" for x in r["load_before"]) +
+          "; after: " + " ".join(f"{x:.1f}" for x in r["load"]))
 
 
 def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(prog="python -m hpu_lab.bench.panel", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=600)
+    p.add_argument("--rounds", type=int, default=12, help="paired rounds after the first (default 12)")
+    p.add_argument("--recording", action="store_true", help="also a loop inside a bare events.Collector")
+    p.add_argument("--json", help="write the rows and summaries to this file")
+    args = p.parse_args(argv if argv is not None else [])
+    kinds = ("plain", "section", "recording") if args.recording else ("plain", "section")
     try:
-        r = measure()
+        r = measure(args.steps, args.rounds, kinds=kinds)
     except ImportError as e:
         print(f"\n== Panel overhead: not available ({e}) ==")
         return {}
-    p, l, c = r["plain_s"], r["loop_s"], r["cell_s"]
-    print(f"\n== Panel overhead: {r['steps']} seed-style MLP steps in a Jupyter kernel, median of {len(r['rows'])} "
-          "rounds ==")
-    print(f"plain loop                         {p:6.2f} s")
-    print(f"loop inside widgets.section(...)   {l:6.2f} s   ({100 * r['loop_over']:+.0f}%; target <= "
-          f"{100 * TARGET:.0f}%: {r['loop_over'] <= TARGET})")
-    print(f"  of which entering the section (the panel built and shown): {1000 * r['entry_s']:.0f} ms; "
-          f"live redraws over all rounds: {r['total_live_redraws']:.0f}, {r['total_live_s']:.2f} s")
-    print(f"whole cell, with the final redraw  {c:6.2f} s   ({100 * r['cell_over']:+.0f}%)")
-    pc, lc = r["plain_cpu_s"], r["loop_cpu_s"]
-    print(f"process CPU time: plain {pc:.2f} s, loop in the section {lc:.2f} s ({100 * r['cpu_over']:+.0f}%)")
-    tp, tl = r["total_plain_cpu_s"], r["total_loop_cpu_s"]
-    print(f"  over all rounds: plain {tp:.2f} s, loop in the section {tl:.2f} s ({100 * (tl / tp - 1):+.0f}%)")
-    print(f"garbage collector over all rounds: plain loops {r['total_plain_gc_s']:.2f} s "
-          f"({r['total_plain_full_gcs']:.0f} full collections), loops in a section {r['total_loop_gc_s']:.2f} s "
-          f"({r['total_loop_full_gcs']:.0f} full)")
-    print("per round (loop / cell / CPU over plain): " + ", ".join(
-        f"{100 * x['loop_over']:+.0f}/{100 * x['cell_over']:+.0f}/{100 * x['cpu_over']:+.0f}%" for x in r["rows"]))
-    f = r["first"]
-    print(f"first round, with the kernel's one-time imports: plain {f['plain_s']:.2f} s, loop {f['loop_s']:.2f} s, "
-          f"cell {f['cell_s']:.2f} s")
-    print("load average before: " + " ".join(f"{x:.1f}" for x in r["load_before"]) +
-          "; after: " + " ".join(f"{x:.1f}" for x in r["load"]))
+    report(r)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(r, f, indent=1)
     return r
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+    main(sys.argv[1:])
