@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import threading
+import weakref
 
 import torch
 
@@ -121,16 +122,21 @@ class HPUUntypedStorage(torch.UntypedStorage):
     storage object of its own (torch makes one per wrapper), all with the same ``data_ptr()`` and
     ``nbytes()``, so ``t.data_ptr() == t.untyped_storage().data_ptr() + t.storage_offset() *
     t.element_size()`` as on CPU. The class is set on the object torch made (same layout), not a copy:
-    torch keeps one Python object per storage."""
+    torch keeps one Python object per storage. Not registered as a torch storage class (so
+    ``torch.is_storage`` is false of it, true on CPU): torch.load's weights-only unpickler takes every
+    registered class for a legacy typed storage, and failed on it."""
 
     def data_ptr(self):
-        return self._hpu_st.address()
+        return self._storage().address()
 
     def nbytes(self):
-        return self._hpu_st.nbytes
+        return self._storage().nbytes
 
-
-torch._storage_classes.add(HPUUntypedStorage)   # torch.is_storage() is true of it (as torch.cuda does)
+    def _storage(self) -> "Storage":
+        st = self._hpu_st()
+        if st is None:          # its tensors are gone (torch keeps this object with their C storage)
+            raise RuntimeError("the hpu storage of this object was freed with its tensors")
+        return st
 
 
 class HPUTensor(torch.Tensor):
@@ -175,7 +181,10 @@ class HPUTensor(torch.Tensor):
         s = super().untyped_storage()
         if type(s) is not HPUUntypedStorage:    # the same object each call while the tensor lives
             s.__class__ = HPUUntypedStorage
-        s._hpu_st = self._st                   # resize_ may rebind the tensor to a fresh Storage
+        # resize_ may rebind the tensor to a fresh Storage. A weak reference: the object lives as long
+        # as torch's C storage, and a strong one (through a pending value's graph) kept the Storage
+        # and its memory alive after the tensors were gone
+        s._hpu_st = weakref.ref(self._st)
         return s
 
     def __deepcopy__(self, memo):
