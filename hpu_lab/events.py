@@ -630,8 +630,6 @@ class Recorder:
         self._by_kind: dict = {}           # kind class -> tuple of observers
         self.step = 0
         self._tls = threading.local()      # .clock: _ThreadClock
-        # the clocks of threads that run no user code (autograd's): see _restart_engine_clocks
-        self._engine_clocks = weakref.WeakSet()
         self._clocks = weakref.WeakSet()   # every thread's clock: see _restart_clocks
         # observers that read no stamps (subscribe(stamps=False): the global metrics count events);
         # while only they listen, host events reach them unstamped, with no clock work at all
@@ -767,9 +765,9 @@ class Recorder:
         self.flush()                       # ops stamped before it subscribed are not its
         self._run_until = 0                # a recording starts from a stamp (see _open_run)
         if stamps and not self._listening:
-            self._restart_clocks()         # a recording starts: the host clock starts now
+            self._restart_clocks(user_threads=True)    # a recording starts: the host clock starts now
         else:
-            self._restart_engine_clocks()
+            self._restart_clocks()
         with self._lock:
             if not stamps:
                 self._unstamped.add(fn)
@@ -785,41 +783,37 @@ class Recorder:
             self._update_listening()
         return Handle(self, fn, None if kinds is None else tuple(kinds))
 
-    def _restart_engine_clocks(self) -> None:
-        """A thread that runs no user code (autograd's, which runs backward) stamps only while its
-        events are observed, so its next stamp would take all the CPU it spent since its previous
-        one: the backward passes of every unrecorded step since, brought into a new recording's
-        host time (3.5-13 ms measured). A new observer starts those clocks from their CPU now
-        (read through the thread's CPU clock id); a user thread's first stamp is the recording's
-        start, its earlier CPU before it, so it needs nothing."""
-        with self._host.lock:
-            for clock in list(self._engine_clocks):
-                try:
-                    cpu = time.clock_gettime_ns(clock.cpu_clock)
-                except (OSError, TypeError):     # no CPU clock id, or the thread has ended
-                    continue
-                clock.last_user = max(clock.last_user, cpu - clock.observers)
-                clock.read_at = 0                # its next stamp reads its clock
+    def _restart_clocks(self, user_threads: bool = False) -> None:
+        """Start thread clocks from their CPU now (read through each thread's CPU clock id).
 
-    def _restart_clocks(self) -> None:
-        """A recording starts with no other listening: every thread's clock starts from its CPU now,
-        and the host clock's last stamp is now, as if each thread had stamped here. Nothing stamped
+        Always those of threads that run no user code (autograd's, which runs backward): such a
+        thread stamps only while its events are observed, so its next stamp would take all the CPU
+        it spent since its previous one: the backward passes of every unrecorded step since, brought
+        into a new recording's host time (3.5-13 ms measured). A user thread's first stamp is the
+        recording's start, its earlier CPU before it, so it needs nothing then.
+
+        With ``user_threads`` (a recording starts with no other listening), every thread's clock,
+        and the host clock's last stamp is now, as if each thread had stamped here: nothing stamped
         since the previous recording (unstamped observers only), so a thread's next stamp would
         otherwise take all the CPU and off-CPU time since its last stamp in that recording."""
-        self._restart_engine_clocks()
         hc = self._host
         with hc.lock:
             now = _perf_ns()
             for clock in list(self._clocks):
-                if not clock.runs_user_code:
+                if clock.runs_user_code and not user_threads:
                     continue
                 try:
                     cpu = time.clock_gettime_ns(clock.cpu_clock)
                 except (OSError, TypeError):     # no CPU clock id, or the thread has ended
                     continue
-                clock.last_user = cpu - clock.observers
-                clock.last_end, clock.read_at, clock.gap_end, clock.open_t = now, 0, None, None
-            hc.last_wall, hc.last_clock = now, None
+                if clock.runs_user_code:
+                    clock.last_user = cpu - clock.observers
+                    clock.last_end, clock.gap_end, clock.open_t = now, None, None
+                else:
+                    clock.last_user = max(clock.last_user, cpu - clock.observers)
+                clock.read_at = 0                # its next stamp reads its clock
+            if user_threads:
+                hc.last_wall, hc.last_clock = now, None
 
     def _remove(self, fn, kinds) -> None:
         self.flush()                       # the ops stamped while it listened are its
@@ -871,8 +865,6 @@ class Recorder:
         if clock is None:
             clock = tls.clock = _ThreadClock(thread_cpu())
             self._clocks.add(clock)
-            if not clock.runs_user_code:
-                self._engine_clocks.add(clock)
         hc = self._host
         if hc.last_clock is clock:           # its last stamp may be an op's (op_accumulated)
             clock.last_end = hc.last_wall
