@@ -165,6 +165,11 @@ def _mme_dtype(n, by_index) -> str:
     return own
 
 
+def _users(n, by_index, consumers) -> list:
+    """The nodes that read node ``n``'s value (the graph's output aside)."""
+    return [by_index[u] for u in consumers.get(n.index, ()) if u in by_index]
+
+
 def _mme_only(by_index, consumers):
     """A test: every consumer of a node is an MME node, looking through views and transposes."""
     memo: Dict[int, bool] = {}
@@ -173,7 +178,7 @@ def _mme_only(by_index, consumers):
         r = memo.get(n.index)
         if r is None:
             memo[n.index] = False            # cycles cannot happen; this only guards re-entry
-            users = [by_index[u] for u in consumers.get(n.index, ()) if u in by_index]
+            users = _users(n, by_index, consumers)
             r = bool(users) and all(u.engine == "MME" or ((_is_view(u) or u.op in _TRANSPOSES) and mme_only(u))
                                     for u in users)
             memo[n.index] = r
@@ -196,7 +201,7 @@ def _epilogue_step(u, prev, shape) -> bool:
     return False
 
 
-def _mme_fusions(nodes, by_index, consumers):
+def _mme_fusions(nodes, by_index, consumers, mme_only):
     """What the graph compiler folds into each MME node (conversion on load and on store, the FP8
     GEMM's output scaling): ``{mme index: (absorbed input casts, absorbed output nodes)}``.
 
@@ -205,11 +210,12 @@ def _mme_fusions(nodes, by_index, consumers):
     - a cast no cluster took of an MME's output (through views) is done as the MME stores it;
     - for an FP8 GEMM (both operands cast up from fp8), the chain of scales, bias and cast on its
       output, one consumer after the other, is part of the node (``_epilogue_step``).
+
+    ``mme_only``: the graph's ``_mme_only`` test (kernels() uses the same one, and its memo).
     """
-    mme_only = _mme_only(by_index, consumers)
 
     def users(n):
-        return [by_index[u] for u in consumers.get(n.index, ()) if u in by_index]
+        return _users(n, by_index, consumers)
     out: Dict[int, Tuple[set, set]] = {}
     for n in nodes:
         if n.engine != "MME":
@@ -309,9 +315,9 @@ def kernels(summary, card: Card, fusion: bool = True, eff: Optional[Dict[str, fl
     def numel(n):
         return max([_numel(n.shape)] + [_numel(s) for s in n.in_shapes])
     by_index = {n.index: n for n in nodes}
-    fusions = _mme_fusions(nodes, by_index, consumers)
-    in_mme = set().union(*(a | b for a, b in fusions.values()))
     mme_only = _mme_only(by_index, consumers)
+    fusions = _mme_fusions(nodes, by_index, consumers, mme_only)
+    in_mme = set().union(*(a | b for a, b in fusions.values()))
     for n in nodes:
         if n.op in ("input", "output") or n.engine in ("", "CPU") or _is_view(n) or n.index in in_mme:
             continue
