@@ -77,6 +77,11 @@ def describe(a):
     return (type(a), repr(a))
 
 
+def flat_targets(targets) -> list:
+    """The tensors an in-place op writes, its written lists flattened (``[xs, t]`` -> ``[*xs, t]``)."""
+    return [x for t in targets for x in (t if isinstance(t, (list, tuple)) else [t])]
+
+
 def tensor_slots(args, kwargs):
     """(path, tensor) of every hpu tensor among the args: path (i,) for an arg, (i, j) for element j
     of a list arg; i is a position or a keyword."""

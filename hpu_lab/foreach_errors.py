@@ -72,4 +72,4 @@ def needs_cpu_checks(func, targets) -> bool:
     is not floating point (``_foreach_mul_(longs, 1.5)``: a cast CPU refuses). Float lists are left to
     the meta kernels (a refusal there comes back here), so an optimizer's step runs no stand-ins."""
     return func._schema.name.startswith("aten::_foreach_") and any(
-        not x.is_floating_point() for t in targets for x in (t if isinstance(t, (list, tuple)) else [t]))
+        not x.is_floating_point() for x in aliasing.flat_targets(targets))

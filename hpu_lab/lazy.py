@@ -509,7 +509,7 @@ def inplace_op(func, args, kwargs, info):
         if foreach_errors.needs_cpu_checks(func, targets):
             verdict = (op_key(func), aliasing.describe(args), aliasing.describe(tuple(kwargs.items())))
             _cpu_checks_once(verdict, lambda: foreach_errors.raise_like_cpu(func, args, kwargs, written))
-    flat_targets = [x for t in targets for x in (t if isinstance(t, (list, tuple)) else [t])]
+    flat_targets = aliasing.flat_targets(targets)
     pg = S.pg
     refs, mkeys = [], []
     nargs, sargs = [], []
@@ -610,7 +610,7 @@ def inplace_on_storages(func, args, kwargs, targets, slots):
     writes (aliasing.writes_over_reads; or one tensor, inplace_on_aliases): CPU's checks decide now;
     then one node runs CPU's kernel, which applies it tensor after tensor, on views of copies of the
     written storages, and those storages take its results."""
-    flat = [x for t in targets for x in (t if isinstance(t, (list, tuple)) else [t])]
+    flat = aliasing.flat_targets(targets)
     stores, index = [], {}
     for t in flat:
         if id(t._st) not in index:
