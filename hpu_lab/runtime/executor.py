@@ -274,6 +274,10 @@ class Stream:
                     launch.outputs = fn()
                 except BaseException as e:   # noqa: BLE001 - reported at the next sync
                     launch.error = e
+                # drop the function: a copy's closure names its own launch, so launch -> fn -> launch
+                # was a cycle holding the buffer the copy made until a cyclic collection, which then
+                # freed (munmapped) every such buffer at once, wherever the user's thread was
+                launch.inputs = fn = None
                 ev.emulator_python_begin(perf())
                 launch.done.set()
                 ev.emulator_python_end(perf())
