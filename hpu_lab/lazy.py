@@ -766,46 +766,65 @@ def flush(trigger: str, src: str, needed=None):
             cap.on_flush(recipe, externals, produced, pg.written)   # what replay binds and rebinds
         if in_subset is None:
             S.pg = PendingGraph()
+            _release(pg.nodes)
+            pg.nodes, pg.inps, pg.slots, pg.written = [], [], {}, []
         else:
             _keep_rest(pg, rest, produced, in_subset)
+            _release(nodes)
         return launch
+
+
+def _release(launched_nodes) -> None:
+    """Launched nodes are garbage, but each is in cycles (node <-> its outs, graph <-> its nodes)
+    holding its inputs' buffers, and through their launches every output those launches made. Left
+    to the cyclic collector, a loop's buffers piled up (64 MB copies: gigabytes) and were freed all
+    at once wherever the user's thread was: tens of ms of munmap, counted as the user's host time.
+    Broken here, each graph is freed by reference counting when its last tensor lets go."""
+    for n in launched_nodes:
+        n.outs = ()
 
 
 def _keep_rest(pg, rest, produced, done_ids):
     """After a partial flush: the rest of the graph reads the launched values as inputs."""
-    def sub(a):
-        t = type(a)
-        if t is Out and id(a.node) in done_ids:
-            return produced[id(a)]
-        if t is list:
-            return [sub(x) for x in a]
-        if t is tuple:
-            return tuple(sub(x) for x in a)
-        return a
-
-    def resig(a):
-        t = type(a)
-        if t is Out or t is Inp:
-            return ref_sig(pg, a)
-        if t is list or t is tuple:
-            return tuple(resig(x) for x in a)
-        if t is int or t is float or t is bool or t is complex:
-            return scalar_sig(a)        # as _walk signs it
-        return a
-
     for n in pg.nodes:
         if id(n) in done_ids:
             n.launched = True
     for n in rest:
         if any(type(r) is Out and id(r.node) in done_ids for r in n.refs):
-            n.args = tuple(sub(a) for a in n.args)
-            n.kwargs = {k: sub(v) for k, v in n.kwargs.items()}
-            n.refs = tuple(sub(r) for r in n.refs)
-            n.sig = (op_key(n.op), tuple(resig(a) for a in n.args),
-                     tuple((k, resig(v)) for k, v in n.kwargs.items()))
+            n.args = tuple(_launched_as_input(a, produced, done_ids) for a in n.args)
+            n.kwargs = {k: _launched_as_input(v, produced, done_ids) for k, v in n.kwargs.items()}
+            n.refs = tuple(_launched_as_input(r, produced, done_ids) for r in n.refs)
+            n.sig = (op_key(n.op), tuple(_resigned(pg, a) for a in n.args),
+                     tuple((k, _resigned(pg, v)) for k, v in n.kwargs.items()))
             n.h = hash(n.sig)
     pg.nodes = rest
     pg.written = [w for w in pg.written if w() is not None and type(w().value) is Out]
+
+
+# module functions, not closures: a recursive closure is a cycle (function -> cell -> function) that
+# kept the pending graph, and the buffers it reads, alive until a cyclic collection (see _release)
+def _launched_as_input(a, produced, done_ids):
+    """``a`` with each Out of a launched node replaced by the device buffer the launch produces."""
+    t = type(a)
+    if t is Out and id(a.node) in done_ids:
+        return produced[id(a)]
+    if t is list:
+        return [_launched_as_input(x, produced, done_ids) for x in a]
+    if t is tuple:
+        return tuple(_launched_as_input(x, produced, done_ids) for x in a)
+    return a
+
+
+def _resigned(pg, a):
+    """The signature of argument ``a``, as ``_walk`` signs it."""
+    t = type(a)
+    if t is Out or t is Inp:
+        return ref_sig(pg, a)
+    if t is list or t is tuple:
+        return tuple(_resigned(pg, x) for x in a)
+    if t is int or t is float or t is bool or t is complex:
+        return scalar_sig(a)
+    return a
 
 
 # ---------------------------------------------------------------- host syncs
