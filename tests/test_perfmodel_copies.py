@@ -9,6 +9,8 @@ the same stream (stream order), a ``.item()`` on the host (``HostSync.launch_id`
 
 Every assertion is on the model or on counts, never on wall time.
 """
+import gc
+
 import pytest
 import torch
 
@@ -42,13 +44,18 @@ def _record_cross_stream(copy_stream_is_side: bool):
     with read_ctx:
         _reader(y, w).item()                             # compile the reader outside the window
     torch.hpu.synchronize()
-    with ev.Collector() as c:
-        with copy_ctx:
-            y = x.to(HPU, non_blocking=True)
-        with read_ctx:
-            z = _reader(y, w)
-        v = z.item()
-        first = y[0, 0].item()
+    gc.collect()
+    gc.disable()        # a full collection of the test session's objects is host time: tens of ms
+    try:
+        with ev.Collector() as c:
+            with copy_ctx:
+                y = x.to(HPU, non_blocking=True)
+            with read_ctx:
+                z = _reader(y, w)
+            v = z.item()
+            first = y[0, 0].item()
+    finally:
+        gc.enable()
     assert v == pytest.approx(float((x[:64] @ w.cpu()).sum()), rel=1e-4) and first == float(x[0, 0])
     return side, c
 
