@@ -1104,15 +1104,17 @@ class Recorder:
             return
         c0 = thread_cpu()
         done.wait()
-        spent = thread_cpu() - c0
         clock = getattr(self._tls, "clock", None)
         if clock is None:
             return
         with self._host.lock:
             self._catch_up(clock)
-            clock.observers += spent
             clock.read_at = 0                # the next stamp reads the thread clock, not the wall time
+            clock.observers += thread_cpu() - c0     # this bookkeeping too (slow on waking: cold caches)
         self._run_until = 0                  # nor does an op stamped next (op_accumulated)
+        # the sync's event starts before the wait: no gap ends here for now() to note (a thread-clock
+        # and a /proc read, 26 us after a wake-up, which the event's stamp then took for the user's)
+        self._gap_seen = self._host.last_wall
 
     def muted(self):
         """``with recorder.muted():`` host events (from any thread: backward runs on autograd's)

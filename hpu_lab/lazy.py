@@ -842,25 +842,52 @@ def materialize(t, reason: str, src: str):
 def to_cpu(t, reason: str, whole_storage: bool = False):
     """A host copy of t's values (a host sync); with ``whole_storage``, of its whole storage, laid
     out as the storage (host ops give the tensors that share it views of that one copy)."""
-    reason = S.sync_reason or reason
-    S.sync_reason = None
-    src = user_src(3)
-    if S.capture is not None:
-        S.capture.refuse(reason, src)       # "<op> is not supported during HPU Graph capturing"
-    inp = materialize(t, reason, src)
+    base, t0, src = _synced(t, reason)
     st = t._st
-    if inp.tensor is None:
-        base = inp.get(reason, src)
-    else:
-        base = inp.tensor
-        if ev.wants(ev.HostSync):
-            tt = ev.now()
-            ev.emit(ev.HostSync(tt, tt, "host", ev.recorder.step, reason=reason, src=src))
-    base = build_layout(base, st)
-    t0 = ev.now()                           # the copy out is a DeviceToHost (readback.py)
     if whole_storage:
         return readback.copied(t0, torch.empty_strided(st.size, st.stride, dtype=st.dtype).copy_(base), src)
     return readback.copied(t0, base.as_strided(t._size, t._stride, t._offset).clone(), src)
+
+
+def read_item(t, reason: str):
+    """The Python number held by one-element tensor ``t`` (``.item()``, ``float(t)``, ``bool(t)``):
+    to_cpu's host sync and DeviceToHost of its one element, read straight from the device buffer
+    (no host tensor made for a 4-byte copy: the Gaudi clock times the copy by its size anyway)."""
+    base, t0, src = _synced(t, reason)
+    if t._offset == 0 and base.dim() == 0:
+        v = base.item()                      # a 0-d storage (a loss): the buffer is the value
+    else:
+        v = base.as_strided((), (), t._offset).item()
+    if ev.wants(ev.DeviceToHost):
+        readback.report(t0, t.element_size(), src)
+    return v
+
+
+def _synced(t, reason: str):
+    """(t's device buffer laid out as its storage, the start of the copy out, the user's line),
+    after the host sync that makes its values available (flushing what they need; a HostSync event
+    even when they already were). The copy out (a DeviceToHost from that start) begins as soon as
+    the sync returns: laying the buffer out as its storage is the emulator's memcpy, which the Gaudi
+    clock replaces by the modeled transfer, not the user's host work."""
+    reason = S.sync_reason or reason
+    S.sync_reason = None
+    st = t._st
+    v = st.value
+    # the user's line names the events and the recipe's call site: found only when one is made
+    src = user_src(4) if (type(v) is Out or S.capture is not None or ev.wants(ev.HostSync)
+                          or ev.wants(ev.DeviceToHost)) else ""
+    if S.capture is not None:
+        S.capture.refuse(reason, src)       # "<op> is not supported during HPU Graph capturing"
+    if type(v) is Out:
+        v = materialize(t, reason, src)
+    base = v.tensor
+    if base is None:
+        base = v.get(reason, src)
+    elif ev.wants(ev.HostSync):
+        tt = ev.now()
+        ev.emit(ev.HostSync(tt, tt, "host", ev.recorder.step, reason=reason, src=src))
+    t0 = ev.now()
+    return build_layout(base, st), t0, src
 
 
 def build_layout(base, st):
@@ -900,6 +927,7 @@ def _set_reason(reason: str) -> None:
 def _install():
     from . import tensor
     tensor._to_cpu = to_cpu
+    tensor._read_item = read_item
     tensor._set_reason = _set_reason
 
 

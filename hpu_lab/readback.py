@@ -20,6 +20,10 @@ def copied(t0: int, out: torch.Tensor, src: str = "") -> torch.Tensor:
     """Report ``out`` (a host copy made since ``t0``, an ``events.now()`` reading) as read back from
     the device; returns ``out``."""
     if ev.wants(ev.DeviceToHost):
-        ev.emit(ev.DeviceToHost(t0, ev.now(), "host", ev.recorder.step,
-                                nbytes=out.numel() * out.element_size(), src=src))
+        report(t0, out.numel() * out.element_size(), src)
     return out
+
+
+def report(t0: int, nbytes: int, src: str = "") -> None:
+    """One DeviceToHost of ``nbytes``, copied since ``t0`` (the caller asked ``wants(DeviceToHost)``)."""
+    ev.emit(ev.DeviceToHost(t0, ev.now(), "host", ev.recorder.step, nbytes=nbytes, src=src))

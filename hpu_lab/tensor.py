@@ -215,13 +215,27 @@ class HPUTensor(torch.Tensor):
         raise TypeError("can't convert hpu:0 device type tensor to numpy. Use Tensor.cpu() to copy "
                         "the tensor to host memory first.")
 
+    # The host reads of one element go straight to the emulator's read (lazy.read_item), not through
+    # torch's dispatch of aten::_local_scalar_dense into __torch_dispatch__: that round trip (C++ into
+    # Python, the router, a host tensor for the copy) cost ~10 us of the user's thread per read when
+    # idle and 30-80 us while the device thread ran, on the Gaudi clock's host lane, where a bridge
+    # pays a C++ call. Whatever could observe the aten op takes torch's way (_plain_read).
     def item(self):
-        _set_reason(".item()")
-        return super().item()
+        if _plain_read(self) and not (self.requires_grad and _GRAD_WARNING):
+            return _read_item(self, ".item()")
+        if self.requires_grad:
+            _GRAD_WARNING.clear()       # torch warns once: "Converting a tensor with requires_grad..."
+        return _torch_read(super().item, ".item()")
+
+    def __float__(self):
+        if _plain_read(self) and not self.dtype.is_complex:
+            return float(_read_item(self, "bool/float/int of a tensor"))
+        return super().__float__()
 
     def __bool__(self):
-        _set_reason("bool(tensor): data-dependent control flow")
-        return super().__bool__()
+        if _plain_read(self):
+            return bool(_read_item(self, "bool(tensor): data-dependent control flow"))
+        return _torch_read(super().__bool__, "bool(tensor): data-dependent control flow")
 
     def __format__(self, spec):
         if self.dim() == 0:
@@ -239,7 +253,39 @@ _EMPTY: dict = {}
 _ZERO_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.ZeroTensor)
 _dispatch = None       # set by hpu_lab.lazy: the active mode's dispatch function
 _to_cpu = None         # set by hpu_lab.lazy
+_read_item = None      # set by hpu_lab.lazy
 _set_reason = None     # set by hpu_lab.lazy
+
+
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+_function_modes = torch._C._is_torch_function_mode_enabled
+_profiling = torch._C._autograd._profiler_enabled
+
+
+def _plain_read(t) -> bool:
+    """``t`` has one element and nothing would see torch's dispatch of its read (no dispatch or
+    function mode, e.g. a capture's host-state mode; no profiler recording aten ops): the read may
+    skip that dispatch. Each check costs 1-4 us right after a launch (cold caches), so only these:
+    a ZeroTensor's storage holds its zeros (zerotensor.py), and a JIT trace records a number read
+    from a tensor as a constant either way."""
+    for s in t._size:
+        if s != 1:
+            return False
+    return not (_dispatch_modes() or _function_modes() or _profiling())
+
+
+_GRAD_WARNING = [True]     # torch's .item() has not warned of requires_grad in this process yet
+
+
+def _torch_read(read, reason: str):
+    """``read()`` through torch's dispatch, its host sync named ``reason``; the name is dropped
+    however it ends (torch refuses a read of several elements before dispatching it: the name was
+    left for the next sync, e.g. a ``.cpu()``, to take)."""
+    _set_reason(reason)
+    try:
+        return read()
+    finally:
+        _set_reason(None)
 
 
 def contiguous_strides(size) -> tuple:
