@@ -88,8 +88,14 @@ def test_building_an_event_is_not_the_users_host_time():
     live panel one event per op is built): like an observer's time it stays off the host lane."""
     user = _host_cpu_of(False)
     bookkeeping = _host_cpu_of(True)
-    assert user >= 299 * 8_000 * 0.6, user
-    assert bookkeeping < 0.4 * user, (bookkeeping, user)
+    work = 299 * 8_000
+    assert user >= 0.6 * work, user
+    # Both runs also carry the recording's own per-event cost (now(), emit, and under load a
+    # thread-clock and run-queue reading at each emit, once per 1 ms of wall time): 1.1-1.3 us an
+    # event here, ~9 us at load ~12, where `bookkeeping < 0.4 * user` failed (2686430 < 0.4 * 5166932:
+    # 300 x 9 us against 300 x (8 + 9) us). That cost cancels in the difference, which is the busy
+    # work the stamps left out; counted as the user's, the difference would be ~0.
+    assert user - bookkeeping >= 0.6 * work, (bookkeeping, user)
 
 
 def test_events_are_the_dataclasses_they_declare():
