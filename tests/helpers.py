@@ -34,3 +34,12 @@ def seed_setup(batch=200):
     opt = torch.optim.Adadelta(model.parameters(), lr=0.1)
     x, y = torch.randn(batch, 1, 28, 28), torch.randint(0, 10, (batch,))
     return model, opt, functools.partial(train_step, model, opt, x, y)
+
+
+def run_queue_ns() -> int:
+    """This thread's time spent waiting for a core so far (Linux schedstat; 0 elsewhere)."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0

@@ -16,7 +16,7 @@ from hpu_lab import config, events as ev, lazy, perfmodel as pm
 from hpu_lab.perfmodel import cost
 from hpu_lab.runtime import executor
 
-from helpers import recorded as record, seed_setup, stamped
+from helpers import recorded as record, run_queue_ns, seed_setup, stamped
 
 HPU = torch.device("hpu")
 
@@ -306,17 +306,25 @@ def test_device_bound_work_and_syncs_wait_for_the_model():
 def test_blocked_host_time_is_counted_as_a_wait():
     _, _, step = seed_setup(64)
     step()
+    marks = []                               # (run-queue delay, wall time) before each step
     with ev.Collector() as c:
         for _ in range(4):
             time.sleep(0.03)                 # stands for a data loader waiting for its workers
+            marks.append((run_queue_ns(), time.perf_counter_ns()))
             step()
         torch.hpu.synchronize()
     r = pm.retime(c.events, "gaudi2")
     waits = sorted(e.t_end - e.t_start for e in r.events if isinstance(e, ev.HostWait))
     # a sleep is off the CPU and off the run queue for at least its length, whatever the load;
     # the first one comes before the first event, so three are seen. (A loaded machine may add
-    # short waits: the interpreter lock held by a descheduled thread; none of them is 29 ms.)
-    assert len(waits) >= 3 and all(w >= 0.029e9 for w in waits[-3:]), waits
+    # short waits: the interpreter lock held by a descheduled thread; none of them is near 30 ms.)
+    # By its definition (docs/gaudi_clock.md section 3) a gap leaves out the thread's wait for a
+    # core and the device worker's reported Python overlapping it; under load both grow (27-29 ms
+    # counted for these 30 ms sleeps at load 6-11, failing a fixed 29 ms bound), so the bound
+    # allows what this thread measured of both in each gap: from before the previous step (the gap
+    # starts at its last event) to after the sleep.
+    allowed = max(q1 - q0 + ev._emulator_python_in(t0, t1) for (q0, t0), (q1, t1) in zip(marks, marks[1:]))
+    assert len(waits) >= 3 and all(w >= 29_000_000 - allowed for w in waits[-3:]), (waits, allowed)
     assert r.blocked_ns >= sum(waits[-3:]) and r.verdict == "host-bound"
 
 
