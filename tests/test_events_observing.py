@@ -15,6 +15,8 @@ import hpu_lab  # noqa: F401
 from hpu_lab import events as ev
 from hpu_lab.examples import Net, train_step
 
+from helpers import no_cyclic_gc
+
 
 @pytest.fixture(scope="module")
 def step():
@@ -74,7 +76,7 @@ def _host_cpu_where_the_work_is(n=300, work_ns=8_000):
     the event ends) and, interleaved with them, ``n`` events followed by as much of the recording's
     (after the event's end, building it): each event's share is its stamp minus the previous one.
     Interleaved, both kinds see the same load and the same per-event cost of the recorder."""
-    with ev.Collector() as c:
+    with no_cyclic_gc(), ev.Collector() as c:
         for k in range(2 * n):
             building = k % 2 == 1
             if not building:

@@ -19,7 +19,7 @@ from hpu_lab import events as ev
 from hpu_lab import perfmodel as pm
 from hpu_lab.perfmodel import cost
 
-from helpers import stamped
+from helpers import no_cyclic_gc, stamped
 
 HPU = torch.device("hpu")
 MB = 1 << 20
@@ -52,18 +52,13 @@ def _record_cross_stream(copy_stream_is_side: bool):
         _reader(y, w).item()                             # compile the reader outside the window
     torch.hpu.synchronize()
     del y               # its 256 MB are not freed inside the window
-    gc.collect()
-    gc.disable()        # a full collection of the test session's objects is host time: tens of ms
-    try:
-        with ev.Collector() as c:
-            with copy_ctx:
-                y = x.to(HPU, non_blocking=True)
-            with read_ctx:
-                z = _reader(y, w)
-            v = z.item()
-            first = y[0, 0].item()
-    finally:
-        gc.enable()
+    with no_cyclic_gc(), ev.Collector() as c:
+        with copy_ctx:
+            y = x.to(HPU, non_blocking=True)
+        with read_ctx:
+            z = _reader(y, w)
+        v = z.item()
+        first = y[0, 0].item()
     assert v == pytest.approx(float((x[:64] @ w.cpu()).sum()), rel=1e-4) and first == float(x[0, 0])
     return side, c
 
