@@ -16,7 +16,7 @@ from hpu_lab import config, events as ev, lazy, perfmodel as pm
 from hpu_lab.perfmodel import cost
 from hpu_lab.runtime import executor
 
-from helpers import recorded as record, seed_setup, stamped
+from helpers import no_cyclic_gc, recorded as record, run_queue_ns, seed_setup, stamped
 
 HPU = torch.device("hpu")
 
@@ -287,7 +287,7 @@ def test_device_bound_work_and_syncs_wait_for_the_model():
         htcore.mark_step()
         return b
     step().cpu()                                     # compiled outside the window
-    with ev.Collector() as c:
+    with no_cyclic_gc(), ev.Collector() as c:        # host 1.7-3.1 ms against 5.4 ms of device here
         for _ in range(4):
             b = step()
         b.cpu()
@@ -306,17 +306,25 @@ def test_device_bound_work_and_syncs_wait_for_the_model():
 def test_blocked_host_time_is_counted_as_a_wait():
     _, _, step = seed_setup(64)
     step()
+    marks = []                               # (run-queue delay, wall time) before each step
     with ev.Collector() as c:
         for _ in range(4):
             time.sleep(0.03)                 # stands for a data loader waiting for its workers
+            marks.append((run_queue_ns(), time.perf_counter_ns()))
             step()
         torch.hpu.synchronize()
     r = pm.retime(c.events, "gaudi2")
     waits = sorted(e.t_end - e.t_start for e in r.events if isinstance(e, ev.HostWait))
     # a sleep is off the CPU and off the run queue for at least its length, whatever the load;
     # the first one comes before the first event, so three are seen. (A loaded machine may add
-    # short waits: the interpreter lock held by a descheduled thread; none of them is 29 ms.)
-    assert len(waits) >= 3 and all(w >= 0.029e9 for w in waits[-3:]), waits
+    # short waits: the interpreter lock held by a descheduled thread; none of them is near 30 ms.)
+    # By its definition (docs/gaudi_clock.md section 3) a gap leaves out the thread's wait for a
+    # core and the device worker's reported Python overlapping it; under load both grow (27-29 ms
+    # counted for these 30 ms sleeps at load 6-11, failing a fixed 29 ms bound), so the bound
+    # allows what this thread measured of both in each gap: from before the previous step (the gap
+    # starts at its last event) to after the sleep.
+    allowed = max(q1 - q0 + ev._emulator_python_in(t0, t1) for (q0, t0), (q1, t1) in zip(marks, marks[1:]))
+    assert len(waits) >= 3 and all(w >= 29_000_000 - allowed for w in waits[-3:]), (waits, allowed)
     assert r.blocked_ns >= sum(waits[-3:]) and r.verdict == "host-bound"
 
 
@@ -327,7 +335,8 @@ def _host_cpu(r):
 
 def test_observer_cpu_is_not_host_time():
     _, _, step = seed_setup(64)
-    events = record(step, n=6)
+    with no_cyclic_gc():
+        events = record(step, n=6)
     light = _host_cpu(pm.retime(events, "gaudi2"))
     # the observer burns about 6x the plain lane, however fast this machine is now: a fixed 400 us
     # an op was only 2.5x it beside other test suites (a 10 ms step), and the premise below failed
@@ -339,7 +348,7 @@ def test_observer_cpu_is_not_host_time():
         while time.thread_time_ns() - t < per_op:
             pass
         burnt.append(time.thread_time_ns() - t)
-    with ev.recorder.subscribe(heavy, kinds=[ev.OpAccumulated]):
+    with no_cyclic_gc(), ev.recorder.subscribe(heavy, kinds=[ev.OpAccumulated]):
         loaded = _host_cpu(pm.retime(record(step, n=6), "gaudi2"))
     observers = sum(burnt[-len(burnt) // 3 * 2:])     # the 6 recorded steps of 9 (3 warm-up)
     assert observers > 3 * light                      # counted as host time, it would quadruple the lane
@@ -367,7 +376,7 @@ def test_cpu_burnt_inside_a_sync_s_wait_is_not_host_time():
     launch = lazy.mark_step()                 # (htcore's returns None, as the real one does)
     launch.done.wait()
     launch.done = _CostlyWait()               # the wait has not ended: the host waits for it
-    with ev.Collector() as c:
+    with no_cyclic_gc(), ev.Collector() as c:
         z = x * 2                                 # a host event before the sync (the CPU stamps' base)
         launch.wait("test")
     sync = c.of(ev.HostSync)[-1]
@@ -572,7 +581,7 @@ def test_a_live_panel_leaves_the_modeled_figures_as_they_were():
     torch.hpu.synchronize()
     p = SectionPanel("t", min_interval=0.02, budget=0.9)
     n = 0
-    with ev.Collector() as c:
+    with no_cyclic_gc(), ev.Collector() as c:
         p.attach(live=True)
         # as many steps as it takes the panel to redraw twice (a count, not a duration: a fast
         # machine needs more steps, a loaded one fewer)
@@ -583,7 +592,8 @@ def test_a_live_panel_leaves_the_modeled_figures_as_they_were():
         p.detach()
     watched = pm.retime(c.events, "gaudi2")
     assert p.stats["live_refreshes"] >= 2
-    bare = pm.retime(record(step, n=n), "gaudi2")
+    with no_cyclic_gc():
+        bare = pm.retime(record(step, n=n), "gaudi2")
     assert [s.duration_ns for s in bare.spans["hpu:0"]] == [s.duration_ns for s in watched.spans["hpu:0"]]
     assert bare.launches == watched.launches and bare.verdict == watched.verdict == "host-bound"
     redraws = p.stats["live_s"] * 1e9

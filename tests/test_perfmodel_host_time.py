@@ -15,7 +15,7 @@ import torch
 from hpu_lab import events as ev
 from hpu_lab import perfmodel as pm
 
-from helpers import recorded, seed_setup
+from helpers import no_cyclic_gc, recorded, run_queue_ns, seed_setup
 
 HPU = torch.device("hpu")
 
@@ -32,7 +32,7 @@ def test_the_device_threads_python_is_not_the_users_blocked_time():
         while time.thread_time_ns() - t < 3_000_000:
             pass
         burnt.append(time.thread_time_ns() - t)
-    with ev.recorder.subscribe(heavy, kinds=[ev.DeviceExecution]):
+    with no_cyclic_gc(), ev.recorder.subscribe(heavy, kinds=[ev.DeviceExecution]):
         events = recorded(step)
     r = pm.retime(events, "gaudi2")
     held = sum(burnt[-24:])                      # the 12 recorded steps launch 24 recipes
@@ -46,16 +46,18 @@ def test_a_loop_without_waits_has_no_blocked_time_quiet_or_beside_a_burning_proc
     thread descheduled while it holds the interpreter lock, autograd's thread waiting for a core)
     its modeled blocked time stays ~0, so host_ns is CPU time only; device spans and verdict match."""
     step = seed_setup()[2]
-    q0 = _run_queue_ns()
-    quiet = pm.retime(recorded(step, n=30), "gaudi2")
-    q1 = _run_queue_ns()
+    q0 = run_queue_ns()
+    with no_cyclic_gc():
+        quiet = pm.retime(recorded(step, n=30), "gaudi2")
+    q1 = run_queue_ns()
     burn = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
-        loaded = pm.retime(recorded(step, n=30), "gaudi2")
+        with no_cyclic_gc():
+            loaded = pm.retime(recorded(step, n=30), "gaudi2")
     finally:
         burn.kill()
         burn.wait()
-    q2 = _run_queue_ns()
+    q2 = run_queue_ns()
     for r, waited_for_core in ((quiet, q1 - q0), (loaded, q2 - q1)):
         # measured before the fix: 15% of host_ns beside a burning process, up to 13% quiet. What
         # may remain (rarely) is one wait of about the switch interval: the worker descheduled in
@@ -74,15 +76,6 @@ def test_a_loop_without_waits_has_no_blocked_time_quiet_or_beside_a_burning_proc
         assert r.blocked_ns <= max(0.03 * r.host_ns, 1.2 * switch) + 0.05 * waited_for_core, (r, waited_for_core)
     dev = lambda r: [(s.label, s.duration_ns) for lane, ss in sorted(r.spans.items()) if lane != "host" for s in ss]
     assert dev(quiet) == dev(loaded) and quiet.verdict == loaded.verdict == "host-bound"
-
-
-def _run_queue_ns() -> int:
-    """This thread's time spent waiting for a core so far (Linux schedstat; 0 elsewhere)."""
-    try:
-        with open("/proc/thread-self/schedstat") as f:
-            return int(f.read().split()[1])
-    except (OSError, IndexError, ValueError):
-        return 0
 
 
 def test_a_real_wait_is_still_counted_while_the_device_runs():
@@ -112,10 +105,10 @@ def test_a_real_wait_is_still_counted_while_the_device_runs():
     with ev.Collector() as c:
         for _ in range(4):
             # the gap around the sleep starts at busy_device's last event: measured from its start
-            q0, t0 = _run_queue_ns(), time.perf_counter_ns()
+            q0, t0 = run_queue_ns(), time.perf_counter_ns()
             busy_device()
             time.sleep(0.03)
-            q1, t1 = _run_queue_ns(), time.perf_counter_ns()
+            q1, t1 = run_queue_ns(), time.perf_counter_ns()
             sleeps.append((t0, t1, q1 - q0, ev._emulator_python_in(t0, t1)))
             step()
         torch.hpu.synchronize()
