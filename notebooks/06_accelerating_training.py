@@ -207,7 +207,7 @@ def timed_epoch():
 
 # %%
 import gc
-gc.collect()
+_ = gc.collect()
 
 # %%
 # %%hpu_section "Ten steps from a cold cache" --as warm --no-live
