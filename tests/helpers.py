@@ -62,3 +62,19 @@ def no_cyclic_gc():
     finally:
         if was:
             gc.enable()
+
+
+@contextlib.contextmanager
+def cyclic_garbage():
+    """The types of what the block left for the cyclic garbage collector alone to free: yields a
+    list, filled when the block ends (the collector is off inside it, so nothing is freed before)."""
+    found = []
+    with no_cyclic_gc():
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            yield found
+            gc.collect()
+            found.extend(type(o) for o in gc.garbage)
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()

@@ -10,6 +10,8 @@ import hpu_lab.core as htcore
 from hpu_lab import events, pinned
 from hpu_lab.runtime import executor
 
+from helpers import cyclic_garbage
+
 
 def h2d(c):
     return c.of(events.HostToDevice)
@@ -131,10 +133,7 @@ def test_a_queued_copy_or_marker_frees_what_it_holds_without_a_cyclic_collection
     alive until a cyclic collection (which then freed every such buffer at once, in the middle of
     whatever the user's thread was doing: 64 MB copies made a 20-40 ms system-time stall)."""
     x = torch.randn(64, 256).pin_memory()
-    gc.collect()
-    gc.disable()
-    gc.set_debug(gc.DEBUG_SAVEALL)
-    try:
+    with cyclic_garbage() as garbage:
         y = x.to("hpu", non_blocking=True)
         e = torch.hpu.Event(enable_timing=True)
         e.record()
@@ -142,10 +141,5 @@ def test_a_queued_copy_or_marker_frees_what_it_holds_without_a_cyclic_collection
         e.synchronize()
         del y, e
         torch.hpu.synchronize()
-        gc.collect()
-        held = [type(o).__name__ for o in gc.garbage if isinstance(o, executor.Launch)]
-    finally:
-        gc.set_debug(0)
-        gc.garbage.clear()
-        gc.enable()
+    held = [t.__name__ for t in garbage if issubclass(t, executor.Launch)]
     assert held == []

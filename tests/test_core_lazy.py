@@ -7,7 +7,7 @@ from hpu_lab import events as ev
 from hpu_lab import lazy
 from hpu_lab.examples import Net, train_step      # seed 000
 
-from helpers import counts
+from helpers import counts, cyclic_garbage
 
 
 def test_no_device_work_before_mark_step(collect):
@@ -180,7 +180,6 @@ def test_launched_graphs_are_freed_by_reference_counting():
     collector, a loop's device buffers piled up and were freed all at once in the middle of the
     user's code. Full flushes (mark_step) and partial ones (a value read mid-graph) leave nothing
     for the cyclic collector."""
-    import gc
     from hpu_lab.graph import Node, PendingGraph
     from hpu_lab.runtime.executor import Launch
     from hpu_lab.tensor import Inp, Out
@@ -190,10 +189,7 @@ def test_launched_graphs_are_freed_by_reference_counting():
     data, target = torch.randn(8, 1, 28, 28), torch.randint(0, 10, (8,))
     train_step(model, opt, data, target)            # compile outside the counted steps
     torch.hpu.synchronize()
-    gc.collect()
-    gc.disable()
-    gc.set_debug(gc.DEBUG_SAVEALL)
-    try:
+    with cyclic_garbage() as garbage:
         for _ in range(3):
             loss = train_step(model, opt, data, target)
             x = (model.fc2.weight.detach() + 1).relu()         # not needed by the read below
@@ -205,11 +201,5 @@ def test_launched_graphs_are_freed_by_reference_counting():
         assert loss.item() > 0
         del loss
         torch.hpu.synchronize()
-        gc.collect()
-        kept = sorted({type(o).__name__ for o in gc.garbage
-                       if isinstance(o, (Node, PendingGraph, Inp, Out, Launch))})
-    finally:
-        gc.set_debug(0)
-        gc.garbage.clear()
-        gc.enable()
+    kept = sorted({t.__name__ for t in garbage if issubclass(t, (Node, PendingGraph, Inp, Out, Launch))})
     assert kept == []
