@@ -8,7 +8,10 @@ for the per-op kinds, so a plain script pays almost nothing. Op events (``OpAccu
 training step) are kept as flat stamps and handed over in runs, before the next event of any kind
 (``op_accumulated``): observers see the same events in the same order; one that passes ``many=``
 to ``subscribe`` takes a run in one call, one that passes ``runs=`` (an ``EventLog``: a Collector,
-a panel) keeps the run and builds its events only when its list is read.
+a panel) keeps the run and builds its events only when its list is read. While every observer
+keeps runs or takes its kinds late (``subscribe(late=True)``: the global metrics, which hand the
+run over before they are read), the other host events go into the run too, stamped when it is
+settled (``emit``): a recorded training step then delivers ~2 of its ~75 events at once.
 
 Times are ``time.perf_counter_ns()`` from one monotonic clock. ``lane`` is ``"host"`` or
 ``"hpu:<stream>"``. ``step`` is the number of mark_steps seen so far when the event began.
@@ -29,7 +32,9 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import gc
 import inspect
+import itertools
 import os
 import threading
 import time
@@ -103,7 +108,10 @@ def _record(cls):
         raise TypeError(f"{cls.__name__}: an event's fields start with t_start, t_end, lane, step")
     rest, n_fields = pos[4:], len(fs)
     required = tuple(f.name for f in fs[4:] if f.default is dataclasses.MISSING)
-    template = {f.name: f.default for f in fs}      # in field order
+    # in field order; the four fields every call sets hold None, not MISSING (an object), so that the
+    # template, and so each event's copy of it, is a dict the garbage collector does not track while
+    # its values are numbers and strings (see _gc_untracker: emit then has nothing to untrack)
+    template = {f.name: (None if i < 4 else f.default) for i, f in enumerate(fs)}
     setter = object.__setattr__
 
     def __init__(self, t_start, t_end, lane, step, *args, **kw):
@@ -367,6 +375,7 @@ def _gc_untracker():
 
 
 _untrack = _gc_untracker()
+_is_tracked = gc.is_tracked
 
 
 class Handle:
@@ -566,7 +575,7 @@ class _HostClock:
 class OpRun:
     """A run of op events handed to the observers at once (Recorder.op_accumulated), kept as the
     stamps it was made of: ``events()`` builds its ``OpAccumulated`` events on the first call, once,
-    for every observer. An observer that subscribes with ``runs=`` keeps the run itself (``EventLog``:
+    for every observer (with the other host events that went into the run, stamped then: emit). An observer that subscribes with ``runs=`` keeps the run itself (``EventLog``:
     one list item) and builds the events only when its list is read: a live panel keeps ~36,000 op
     events of a 600-step loop and reads them when it draws, after the loop."""
     __slots__ = ("_segments", "_made", "_n")
@@ -576,7 +585,10 @@ class OpRun:
         # [(cpu_ns before the first, blocked_ns, [t, op, src, step, prev, clock, t, op, ...])]
         self._segments = segments
         self._made = None
-        self._n = sum(len(s[2]) for s in segments) // OP_FIELDS
+        n = 0
+        for s in segments:
+            n += len(s[2])
+        self._n = n // OP_FIELDS
 
     def __len__(self) -> int:
         return self._n
@@ -592,26 +604,55 @@ class OpRun:
                 self._segments = None
             return self._made
 
+    def host_events(self) -> list:
+        """The host events other than ops that went into the run (emit), in order, without building
+        the op events (a Launch the section's end waits for: widgets.recording)."""
+        made = self._made
+        if made is not None:
+            return [e for e in made if type(e) is not OpAccumulated]
+        segments = self._segments
+        if segments is None:                 # built meanwhile, on another thread
+            return self.host_events()
+        return [x for _cpu, _blocked, items in segments for x in items[1::OP_FIELDS] if isinstance(x, Event)]
+
     def __repr__(self) -> str:
-        return f"<OpRun of {self._n} op events>"
+        return f"<OpRun of {self._n} events>"
 
 
 # An op stamp, kept flat in a list (six items an op, no tuple: a kept tuple would count towards the
 # next garbage collection): its stamp t, op, src, step; prev, the wall time from which the user's CPU
 # time since the thread's previous stamp is counted (that stamp's end); the thread's _ThreadClock.
+# ``op`` is the op's name, or the op itself (named when the event is built), or a host event put
+# into the run by emit (stamped when built; src and step unused).
 OP_FIELDS = 6
 
 
+def _op_name(op) -> str:
+    from .ops import op_name         # not at import: ops imports torch
+    return op_name(op)
+
+
 def _build_ops(segments) -> list:
-    """The OpAccumulated events of settled op stamps (Recorder._settle): the host lane's CPU time at
-    each op is the time before the run plus the user's time between this thread's stamps, the sum
-    _settle added to the host clock, in the same order."""
-    new, setter, untrack = object.__new__, object.__setattr__, _untrack
+    """The events of settled op stamps (Recorder._settle): the host lane's CPU time at each is the
+    time before the run plus the user's time between this thread's stamps, the sum _settle added to
+    the host clock, in the same order. An op becomes an OpAccumulated; a host event that went into
+    the run (emit) gets its stamps."""
+    new, setter, untrack, tracked = object.__new__, object.__setattr__, _untrack, _is_tracked
     made = []
     for cpu, blocked, items in segments:
         it = iter(items)
         for t, op, src, step, prev, _clock in zip(it, it, it, it, it, it):
             cpu += t - prev
+            if type(op) is not str:
+                if isinstance(op, Event):
+                    d = op.__dict__
+                    d["cpu_ns"], d["blocked_ns"] = cpu, blocked     # frozen: set past __setattr__
+                    untrack(op)
+                    if tracked(d):
+                        untrack(d)
+                    made.append(op)
+                    continue
+                op = _op_name(op)
             e = new(OpAccumulated)
             d = {"t_start": t, "t_end": t, "lane": "host", "step": step, "cpu_ns": cpu,
                  "blocked_ns": blocked, "op": op, "shapes": (), "dtype": "", "src": src}
@@ -639,6 +680,10 @@ class Recorder:
         # a recording listens: an observer that reads the stamps (now() notes gap ends only then)
         self._listening = False
         self.ops_wanted = False            # anyone observes OpAccumulated (lazy.py asks per op)
+        self._defer = False                # host events may go into the op run (_update_listening)
+        self._late: set = set()            # observers that take their events late (subscribe(late=))
+        self._kinds_now = frozenset()      # kinds some observer by kind takes at once
+        self._kinds_late = frozenset()     # kinds only late observers by kind take
         self._gap_seen = -1                # the gap (host last_wall) whose end a thread has noted
         # op events stamped but not yet settled (see op_accumulated): t, op, src, step, prev, clock
         # (OP_FIELDS) an op, in order, ``prev`` the end of the thread's previous stamp; settled
@@ -729,8 +774,12 @@ class Recorder:
             self._run_until = 0
             return
         self._run_clock, self._run_ident = clock, clock.ident
-        self._run_gap = min(CPU_READ_NS, BLOCKED_MIN_NS + 1)
-        self._run_until = min(clock.read_at + CPU_READ_NS, clock.runq_at + BLOCKED_MIN_NS + 1)
+        self._run_gap = gap = min(CPU_READ_NS, BLOCKED_MIN_NS + 1)
+        # the thread's stamps only move later while the run is open, so an op or event before
+        # ``_run_until`` is less than ``gap`` after the latest of them: op_accumulated and emit's
+        # in-run path need not check a gap
+        self._run_until = min(clock.read_at + CPU_READ_NS, clock.runq_at + BLOCKED_MIN_NS + 1,
+                              clock.last_end + gap)
 
     def _gap_end(self, t: int) -> None:
         """now() on this thread, after a gap with no stamped host event: note where it ended."""
@@ -751,8 +800,19 @@ class Recorder:
         self._listening = (any(f not in stamped for f in self._all)
                            or any(f not in stamped for fs in self._by_kind.values() for f in fs))
         self.ops_wanted = bool(self._all) or bool(self._by_kind.get(OpAccumulated))
+        # a host event of a kind no observer subscribed to by kind may go into the op run (emit)
+        # when every observer of every kind keeps the runs themselves (an EventLog: a Collector, a
+        # panel): they then get it in order, in the run; an observer that wants its events one by
+        # one, or ops only, gets them as before
+        self._defer = (bool(self._all) and all(f in self._runs for f in self._all)
+                       and not self._by_kind.get(OpAccumulated))
+        # ... and whose observers by kind, if any, are all late (subscribe(late=True)): the others'
+        # kinds are delivered at once; the late ones' get their events at the hand-over
+        late = self._late
+        self._kinds_now = frozenset(k for k, fs in self._by_kind.items() if any(f not in late for f in fs))
+        self._kinds_late = frozenset(k for k, fs in self._by_kind.items() if fs and k not in self._kinds_now)
 
-    def subscribe(self, fn: Observer, kinds=None, many=None, runs=None, stamps=True) -> Handle:
+    def subscribe(self, fn: Observer, kinds=None, many=None, runs=None, stamps=True, late=False) -> Handle:
         """Call ``fn(event)`` for each event (of ``kinds`` only, if given). ``many``: a function
         taking a list of events (``list.extend``), called instead of ``fn`` for a run of op events
         handed over at once (see op_accumulated): one call instead of one per op. ``runs``: a
@@ -761,7 +821,14 @@ class Recorder:
         ``cpu_ns`` / ``blocked_ns`` (a counter); while only such observers listen, host events reach
         them unstamped (-1) and the recorder keeps no host clock: no thread-clock or run-queue
         reading (the global metrics cost a plain loop ~8 of each a step). With a recording, they get
-        the same stamped events as every other observer."""
+        the same stamped events as every other observer. ``late=True`` (with ``kinds`` and
+        ``stamps=False``: a counter that flushes before it is read, the global metrics): ``fn``
+        may get its events at the next hand-over of an op run instead of at once, in order; while
+        a recording keeps op runs, such events then go into the run (emit), not through emit's
+        whole path (~10 of a training step's events are the metrics')."""
+        if late and (kinds is None or stamps):
+            raise ValueError("subscribe(late=True) is for an observer of given kinds that reads no "
+                             "stamps (kinds=..., stamps=False)")
         self.flush()                       # ops stamped before it subscribed are not its
         self._run_until = 0                # a recording starts from a stamp (see _open_run)
         if stamps and not self._listening:
@@ -771,6 +838,8 @@ class Recorder:
         with self._lock:
             if not stamps:
                 self._unstamped.add(fn)
+            if late:
+                self._late.add(fn)
             if many is not None:
                 self._many[fn] = many
             if runs is not None:
@@ -828,6 +897,7 @@ class Recorder:
                     self._by_kind[k] = tuple(f for f in self._by_kind.get(k, ()) if f is not fn)
             if fn not in self._all and not any(fn in fs for fs in self._by_kind.values()):
                 self._unstamped.discard(fn)
+                self._late.discard(fn)
             self._update_listening()
 
     def wants(self, kind) -> bool:
@@ -843,13 +913,35 @@ class Recorder:
             return
         if event.lane != "host":             # device events are re-timed by the model, not stamped
             _untrack(event)                  # observers may keep it: see _gc_untracker
-            _untrack(event.__dict__)
+            if _is_tracked(event.__dict__):
+                _untrack(event.__dict__)
             if self._ops or self._ready or self._handing_over:
                 self.flush()
             for fn in everyone:
                 fn(event)
             for fn in some:
                 fn(event)
+            return
+        w0 = _perf_ns()
+        if w0 < self._run_until and _get_ident() == self._run_ident:
+            # this thread's op run is open (_open_run: a recording listens, nothing muted, this
+            # thread stamped last, no gap noted, neither the thread clock nor the run-queue
+            # baseline due): emit's short path below, in the fewest steps (~12 such events a
+            # training step besides the ~60 op stamps)
+            # (no gap to check: see op_accumulated; the event started before w0)
+            hc = self._host
+            last = hc.last_wall
+            start = event.t_end
+            if not last <= start <= w0 or w0 - start >= OBSERVER_EXACT_NS:
+                start = w0
+            if self._defer and type(event) not in self._kinds_now:
+                # every observer of it keeps op runs (an EventLog) and takes every kind, or takes
+                # it late: it goes into the run like an op stamp, stamped when the run is settled,
+                # handed over in order with it (see op_accumulated and _hand_over)
+                self._ops += (start, event, "", 0, last, self._run_clock)
+                hc.last_wall = _perf_ns()
+                return
+            self._emit_in_run(event, everyone, some, hc, last, start)
             return
         if self._muted:
             return
@@ -859,7 +951,6 @@ class Recorder:
             for fn in some:
                 fn(event)
             return
-        w0 = _perf_ns()
         tls = self._tls
         clock = getattr(tls, "clock", None)
         if clock is None:
@@ -885,7 +976,8 @@ class Recorder:
             d = event.__dict__
             d["cpu_ns"], d["blocked_ns"] = cpu, blocked
             _untrack(event)
-            _untrack(d)
+            if _is_tracked(d):
+                _untrack(d)
             if self._ready or self._handing_over:
                 self.flush()
             for fn in everyone:
@@ -950,7 +1042,8 @@ class Recorder:
                         hc.blocked += off_cpu
             d["cpu_ns"], d["blocked_ns"] = hc.cpu, hc.blocked    # frozen: set past __setattr__
         _untrack(event)                      # observers may keep it: see _gc_untracker
-        _untrack(d)                          # its fields (a dict: see _record)
+        if _is_tracked(d):                   # its fields (a dict: see _record), if they hold
+            _untrack(d)                      # containers (most hold numbers and strings only)
         if self._ready or self._handing_over:
             self.flush()
         for fn in everyone:
@@ -958,6 +1051,44 @@ class Recorder:
         for fn in some:
             fn(event)
         self._after_observers(clock, start, _perf_ns(), user)
+
+    def _emit_in_run(self, event: Event, everyone: tuple, some: tuple, hc: "_HostClock", last: int,
+                     start: int) -> None:
+        """emit's short path while the calling thread's op run is open (see emit): the user's CPU
+        since the thread's previous stamp (``last``, the host clock's ``last_wall``) taken as the
+        wall time up to ``start``, the event delivered, the emit's own time charged to the
+        observers. The run stays open (_open_run would set what it holds already)."""
+        clock = self._run_clock
+        mine = start - last
+        with hc.lock:
+            clock.last_end = last            # _catch_up, for the thread that stamped last
+            if self._ops:
+                self._settle()
+            o = clock.open_t
+            if o is not None:
+                clock.observers += last - o
+                clock.open_t = None
+            clock.last_user += mine
+            hc.cpu = cpu = hc.cpu + mine
+            blocked = hc.blocked
+        d = event.__dict__
+        d["cpu_ns"], d["blocked_ns"] = cpu, blocked
+        _untrack(event)                      # observers may keep it: see _gc_untracker
+        if _is_tracked(d):
+            _untrack(d)
+        if self._ready or self._handing_over:
+            self.flush()
+        for fn in everyone:
+            fn(event)
+        for fn in some:
+            fn(event)
+        t = _perf_ns()
+        if t - start >= OBSERVER_EXACT_NS or t - clock.runq_at > BLOCKED_MIN_NS:
+            self._after_observers(clock, start, t, clock.last_user)
+        else:
+            with hc.lock:
+                clock.observers += t - start
+            hc.last_wall = clock.last_end = t
 
     def _after_observers(self, clock: _ThreadClock, start: int, t: int, user: int) -> None:
         """The end of a host event's emit (``t``: now): a fresh run-queue baseline if due, and what
@@ -987,9 +1118,10 @@ class Recorder:
         self._host.last_clock = clock
         self._open_run(clock)
 
-    def op_accumulated(self, op: str, src: str) -> None:
+    def op_accumulated(self, op, src: str) -> None:
         """One ``OpAccumulated`` (an instant, now), for a caller that asked ``wants(OpAccumulated)``
-        (or ``ops_wanted``).
+        (or ``ops_wanted``). ``op``: its name ("aten::add"), or the op itself (an OpOverload: named
+        only when its event is built, ops.op_name).
 
         A live panel sees ~60 op events a training step, so an op's recording must do next to
         nothing (issue 14 point 5). In the common case (this thread stamped the latest host event,
@@ -1003,16 +1135,17 @@ class Recorder:
         the op is emitted at once (which reads the thread clock, measures a gap, refreshes the
         run-queue baseline)."""
         t = _perf_ns()
-        hc = self._host
-        last = hc.last_wall
-        # as few objects touched as can be: between two ops the emulator's work (~40 us) has
-        # evicted them from the caches, and each miss costs more than the arithmetic
-        if t < self._run_until and t - last < self._run_gap and _get_ident() == self._run_ident:
-            self._ops += (t, op, src, self.step, last, self._run_clock)
+        # as few steps as can be (~60 ops a training step). The run is open only until the thread
+        # clock or the run-queue baseline is due, each read at or before the thread's latest stamp
+        # (``last_wall``), so within the run this op is less than CPU_READ_NS and BLOCKED_MIN_NS
+        # after that stamp: no gap to check (_open_run)
+        if t < self._run_until and _get_ident() == self._run_ident:
+            hc = self._host
+            self._ops += (t, op, src, self.step, hc.last_wall, self._run_clock)
             hc.last_wall = _perf_ns()
             return
         if not self._op_due(t, op, src):
-            self.emit(OpAccumulated(t, t, "host", self.step, op=op, src=src))
+            self.emit(OpAccumulated(t, t, "host", self.step, op=op if type(op) is str else _op_name(op), src=src))
 
     def _op_due(self, t: int, op: str, src: str) -> bool:
         """An op of the thread that stamped last, with no gap, once its thread clock or run-queue
@@ -1062,21 +1195,31 @@ class Recorder:
         if not segments:
             return
         observers = self._all + self._by_kind.get(OpAccumulated, ())
-        if not observers:
-            return
-        run = OpRun(segments)
-        runs, many = self._runs, self._many
-        for fn in observers:
-            r = runs.get(fn)
-            if r is not None:
-                r(run)
-                continue
-            m = many.get(fn)
-            if m is not None:
-                m(run.events())
-            else:
-                for e in run.events():
-                    fn(e)
+        if observers:
+            run = OpRun(segments)
+            runs, many = self._runs, self._many
+            for fn in observers:
+                r = runs.get(fn)
+                if r is not None:
+                    r(run)
+                    continue
+                m = many.get(fn)
+                if m is not None:
+                    m(run.events())
+                else:
+                    for e in run.events():
+                        fn(e)
+        late = self._kinds_late
+        if late:
+            # host events that went into the run (emit), to the late observers of their kinds
+            # (unstamped: they need not wait for the run to be built)
+            by_kind, is_late = self._by_kind, late.__contains__
+            for _cpu, _blocked, items in segments:
+                ops = items[1::OP_FIELDS]
+                # picked out in C (a run holds ~60 ops for every few such events)
+                for x in itertools.compress(ops, map(is_late, map(type, ops))):
+                    for fn in by_kind.get(type(x), ()):
+                        fn(x)
 
     def host_clock(self) -> Tuple[int, int]:
         """(cpu_ns, blocked_ns) of the host lane now, on the scale of the stamps (includes the
@@ -1141,12 +1284,12 @@ class _Muted:
 recorder = Recorder()
 
 
-def subscribe(fn: Observer, kinds=None, many=None, runs=None, stamps=True) -> Handle:
-    """Call ``fn(event)`` for each event (of ``kinds`` only, if given; ``many``, ``runs``, ``stamps``:
-    see Recorder.subscribe). A recording starts only once the background warm-up (warmup.py) is
-    over: torch's import would be a blank second in it."""
+def subscribe(fn: Observer, kinds=None, many=None, runs=None, stamps=True, late=False) -> Handle:
+    """Call ``fn(event)`` for each event (of ``kinds`` only, if given; ``many``, ``runs``, ``stamps``,
+    ``late``: see Recorder.subscribe). A recording starts only once the background warm-up
+    (warmup.py) is over: torch's import would be a blank second in it."""
     warmup.wait()
-    return recorder.subscribe(fn, kinds, many, runs, stamps)
+    return recorder.subscribe(fn, kinds, many, runs, stamps, late)
 
 
 wants = recorder.wants
@@ -1165,11 +1308,18 @@ class EventLog:
         self.items: list = [] if items is None else items   # events and OpRuns as they came
         self.add = self.items.append
         self._read_to = 0                # items before it hold no OpRun
+        self._last_read = None           # the item just before _read_to, when it was set
         self._lock = threading.Lock()
 
     def read(self) -> list:
         items = self.items
-        if self._read_to < len(items):
+        i = self._read_to
+        if i and (i > len(items) or items[i - 1] is not self._last_read):
+            # the list read out was changed in place (``c.events.clear()``, a slice deleted):
+            # look at all of it again
+            with self._lock:
+                self._read_to, i = 0, 0
+        if i < len(items):
             with self._lock:
                 i, n = self._read_to, len(items)
                 if any(type(x) is OpRun for x in items[i:n]):
@@ -1182,6 +1332,7 @@ class EventLog:
                     items[i:n] = out     # one step: items appended meanwhile stay after them
                     n = i + len(out)
                 self._read_to = n
+                self._last_read = items[n - 1] if n else None
         return items
 
 

@@ -455,12 +455,15 @@ def _meta_failed(func, args, kwargs, e):
     return _meta_failure(func, args, kwargs, e)
 
 
+_recorder = ev.recorder
+
+
 def _op_src(func):
     if not S.source_lines:
         return ""
     src = user_src(4)
-    if ev.recorder.ops_wanted:              # stamped now, handed to observers in runs (events.py)
-        ev.op_accumulated(ops.op_name(func), src)
+    if _recorder.ops_wanted:                # stamped now, handed to observers in runs (events.py);
+        _recorder.op_accumulated(func, src)     # the op named only if its event is built
     return src
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import json
 import os
 import threading
@@ -29,8 +30,25 @@ class MetricNotFound(Exception):
     pass
 
 
+def _handed_over_first(method):
+    """A metric is a late observer (events.subscribe(late=True)): while a recording keeps op runs,
+    its events may wait in the run until the next hand-over. Reading or resetting it hands them
+    over first, so that it counts every event emitted before the read."""
+    @functools.wraps(method)
+    def read(self, *args, **kwargs):
+        ev.flush()
+        return method(self, *args, **kwargs)
+    return read
+
+
 class Metric:
     kinds: tuple = ()
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        for name in ("stats", "reset"):
+            if name in cls.__dict__:
+                setattr(cls, name, _handed_over_first(cls.__dict__[name]))
 
     def __init__(self, name: str):
         self._name = name
@@ -218,7 +236,7 @@ def _make_all() -> Dict[str, Metric]:
 _GLOBAL = _make_all()
 for _m in _GLOBAL.values():
     if _m.kinds:
-        ev.subscribe(_m.on_event, _m.kinds, stamps=False)   # counters: no host clock (events.py)
+        ev.subscribe(_m.on_event, _m.kinds, stamps=False, late=True)   # counters: no host clock, late (events.py)
 
 
 def metric_global(name: str) -> Optional[Metric]:
@@ -241,7 +259,7 @@ def metric_localcontext(name: str):
     if name not in _GLOBAL:
         raise MetricNotFound(f"metric {name!r} not found; known metrics: {', '.join(_GLOBAL)}")
     local = _make_all()[name]
-    handle = ev.subscribe(local.on_event, local.kinds, stamps=False) if local.kinds else None
+    handle = ev.subscribe(local.on_event, local.kinds, stamps=False, late=True) if local.kinds else None
     try:
         yield local
     finally:

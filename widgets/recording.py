@@ -91,9 +91,14 @@ def _await_device(events: list, timeout: float = 2.0) -> None:
     done = threading.Event()
 
     def complete() -> bool:
-        snapshot = list(events)
-        launched = {e.launch_id for e in snapshot if isinstance(e, ev.Launch)}
-        finished = {e.launch_id for e in snapshot if isinstance(e, ev.DeviceExecution)}
+        launched, finished = set(), set()
+        for e in list(events):
+            if type(e) is ev.OpRun:          # a Launch may have gone into an op run (events.emit)
+                launched.update(x.launch_id for x in e.host_events() if isinstance(x, ev.Launch))
+            elif isinstance(e, ev.Launch):
+                launched.add(e.launch_id)
+            elif isinstance(e, ev.DeviceExecution):
+                finished.add(e.launch_id)
         return launched <= finished
 
     def on_execution(_e) -> None:
