@@ -44,6 +44,10 @@ LIVE_DPI = 60                # live redraws are rendered smaller; the final redr
 # the events on which a live panel looks whether a redraw is due: the user's thread making progress
 # (a step, a launch, a sync, a compile, a replay), a few a step; every event reaches the log itself
 LIVE_KINDS = (ev.MarkStep, ev.Launch, ev.HostSync, ev.Compile, ev.Replay)
+# ... once the loop marks steps (lazy mode): launches then come with steps and syncs, and each kind
+# watched is delivered at once (events.emit: settling and handing over the op run before it) where
+# the others go into the run; two of a training step's ~12 events instead of four
+STEP_LIVE_KINDS = (ev.MarkStep, ev.HostSync, ev.Compile, ev.Replay)
 
 
 def figure_bundle(fig, dpi: int = 80, scroll_above_px: int = 1400) -> dict:
@@ -134,6 +138,7 @@ class SectionPanel:
                       "wall_s": 0.0}
         self._handle = None
         self._live_handle = None
+        self._live_kinds = LIVE_KINDS       # what the live observer watches (attach, _on_event)
         self._attached_at = 0.0
         self._next_allowed = 0.0
         self._cost = {name: FIRST_COST_GUESS for name in TABS}    # seconds per redraw: the worst measured
@@ -204,6 +209,7 @@ class SectionPanel:
         # read. Whether a redraw is due is looked at on a few kinds of the user's thread only.
         self._handle = ev.subscribe(self.log.add, runs=self.log.add)
         if live:
+            self._live_kinds = LIVE_KINDS
             self._live_handle = ev.subscribe(self._on_event, LIVE_KINDS)
         return self
 
@@ -218,6 +224,10 @@ class SectionPanel:
 
     def _on_event(self, e: ev.Event) -> None:
         """A LIVE_KINDS event, already in the log: redraw the visible tab if one is due."""
+        if type(e) is ev.MarkStep and self._live_kinds is LIVE_KINDS and self._live_handle is not None:
+            self._live_handle.remove()      # steps are marked: watch them, not every launch
+            self._live_kinds = STEP_LIVE_KINDS
+            self._live_handle = ev.subscribe(self._on_event, STEP_LIVE_KINDS)
         now = time.perf_counter()
         if now < self._next_allowed or threading.current_thread() is not threading.main_thread():
             return                          # never draw on the device's worker thread
