@@ -10,6 +10,8 @@ like on whatever machine runs it. One module a section, each runnable alone
 - graphs (graphs.py): the HPU Graphs payoff on seed 000's training step.
 - fused (fused.py): the hpex fused optimizers, clipping and attention.
 - panel (panel.py): a live panel's overhead on a 600-step seed-style loop in a Jupyter kernel.
+- reccost (reccost.py): what recording and a live panel add to that loop's step, counted in Python
+  bytecode instructions (the same on a busy or idle machine, where the panel timing is not).
 - disk_cache: cold vs warm start with the disk recipe cache (lives beside the feature).
 - gaudi_clock (perfmodel/validation.py): the Gaudi clock's modeled throughput vs published Gaudi
   figures (docs/gaudi_clock.md section 5) and the seed-000 what-if table; nothing runs on a device.
@@ -27,6 +29,7 @@ SECTIONS = {
     "graphs": ("hpu_lab.bench.graphs", "main"),
     "fused": ("hpu_lab.bench.fused", "main"),
     "panel": ("hpu_lab.bench.panel", "main"),
+    "reccost": ("hpu_lab.bench.reccost", "main"),
     "disk_cache": ("hpu_lab.disk_cache", "report"),
     "gaudi_clock": ("hpu_lab.perfmodel.validation", "main"),
 }

@@ -1,0 +1,192 @@
+"""What observing a loop costs, counted instead of timed (issue 14, point 5): Python bytecode
+instructions per training step of the seed-style MLP loop (batch 64, Adadelta), on the user's
+thread and on the emulator's device thread, plain and observed by a bare ``events.Collector`` and
+by a live ``widgets.SectionPanel``.
+
+Why count: the panel benchmark (panel.py) times the loop in a kernel, and on a shared VM its
+rounds spread over tens of points (the same code measured +10% and +19% an hour apart), so it
+cannot show a change of a few percent. What a recording adds to the loop is Python run by the
+recorder and the panel, and a count of the instructions run is the same on a busy or idle
+machine: it shows the change the timing cannot. It is not the time itself: an instruction of the
+recorder does not cost what an average instruction of the emulator does (callgrind counted ~110
+machine instructions a bytecode in the plain loop), and the count leaves out system calls and
+waits (docs/gaudi_clock.md, section 7).
+
+How: ``sys.settrace`` with opcode events on the user's thread and the default stream's worker (the
+device thread; autograd's thread, which runs backward, is not counted: ~15,000 of the ~100,000 a
+step). Tracing makes
+the loop ~100x slower, and the recorder takes some paths by wall time (a thread-clock reading due
+every ``CPU_READ_NS``, a run-queue baseline every ``BLOCKED_MIN_NS``): while counting, those
+thresholds are scaled by the measured slowdown, so that the paths are taken as often per step as
+in the untraced loop. The thresholds are put back afterwards.
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import gc
+import sys
+import threading
+import time
+
+KINDS = ("plain", "collector", "panel")
+_SCALED = ("CPU_READ_NS", "BLOCKED_MIN_NS", "OBSERVER_EXACT_NS", "RUNQ_SLACK_NS")
+
+
+def _loop(batch: int):
+    import torch
+    from hpu_lab.examples import Net, train_step
+    torch.manual_seed(0)
+    model = Net().to("hpu")
+    opt = torch.optim.Adadelta(model.parameters(), lr=0.1)
+    x, y = torch.randn(batch, 1, 28, 28), torch.randint(0, 10, (batch,))
+    step = functools.partial(train_step, model, opt, x, y)
+    for _ in range(5):
+        step()
+    torch.hpu.synchronize()
+    return step
+
+
+def _observer(kind: str):
+    """Start observing as ``kind`` does; returns what stops it."""
+    from hpu_lab import events as ev
+    if kind == "collector":
+        return ev.Collector().start().stop
+    if kind == "panel":
+        import widgets
+        p = widgets.SectionPanel("reccost", min_interval=1e9)   # the live check, no redraw in the count
+        p.attach(live=True)
+        return p.detach
+    return lambda: None
+
+
+class _Counter:
+    """Opcodes run per thread while ``on``."""
+
+    def __init__(self, threads):
+        self.threads = {t.ident: t.name for t in threads}
+        self.counts = {name: 0 for name in self.threads.values()}
+        self.on = False
+
+    def trace(self, frame, event, arg):
+        if not self.on or threading.get_ident() not in self.threads:
+            return None
+        frame.f_trace_opcodes = True
+        return self._local
+
+    def _local(self, frame, event, arg):
+        if event == "opcode" and self.on:
+            self.counts[self.threads[threading.get_ident()]] += 1
+        return self._local
+
+
+def _device_threads():
+    return [t for t in threading.enumerate() if t.name.startswith("hpu_lab-hpu")]
+
+
+def _on_device(fn) -> None:
+    """Run ``fn`` on the default stream's worker thread, in stream order, and wait for it."""
+    from hpu_lab.runtime import executor
+    executor.stream(0).submit_fn(fn).done.wait()
+
+
+def count(kind: str, step, steps: int, scale: float) -> dict:
+    """Opcodes per step on the user's thread and the device thread(s) while ``kind`` observes."""
+    import torch
+    from hpu_lab import events as ev
+    stop = _observer(kind)
+    saved = {n: getattr(ev, n) for n in _SCALED}
+    try:
+        for _ in range(2):
+            step()
+        torch.hpu.synchronize()
+        gc.collect()
+        for n in _SCALED:
+            setattr(ev, n, int(saved[n] * scale))
+        c = _Counter([threading.current_thread()] + _device_threads())
+        _on_device(lambda: sys.settrace(c.trace))    # the worker traces the frames it runs next
+        sys.settrace(c.trace)
+        c.on = True
+        for _ in range(steps):
+            step()
+        torch.hpu.synchronize()
+        c.on = False
+    finally:
+        sys.settrace(None)
+        _on_device(lambda: sys.settrace(None))
+        for n, v in saved.items():
+            setattr(ev, n, v)
+        stop()
+    main = threading.current_thread().name
+    return {"user": c.counts[main] / steps,
+            "device": sum(v for k, v in c.counts.items() if k != main) / steps}
+
+
+def _slowdown(step, steps: int) -> float:
+    """How much slower a traced step runs than an untraced one (wall time, one sample each)."""
+    import torch
+    t = time.perf_counter()
+    for _ in range(steps):
+        step()
+    torch.hpu.synchronize()
+    plain = time.perf_counter() - t
+    c = _Counter([threading.current_thread()])
+    sys.settrace(c.trace)
+    c.on = True
+    t = time.perf_counter()
+    try:
+        for _ in range(steps):
+            step()
+        torch.hpu.synchronize()
+    finally:
+        c.on = False
+        sys.settrace(None)
+    return max((time.perf_counter() - t) / plain, 1.0)
+
+
+# "none due": thresholds so long that no reading falls due inside the count: the recording's cost
+# per event, the same in every run; "as untraced": scaled by the tracing slowdown, the readings as
+# often per step as in the loop itself (within a few percent: the slowdown is one sample)
+NONE_DUE = 10**6
+
+
+def measure(steps: int = 5, batch: int = 64, kinds=KINDS) -> dict:
+    import hpu_lab  # noqa: F401  (registers the device)
+    step = _loop(batch)
+    scale = _slowdown(step, steps)
+    out = {"steps": steps, "scale": scale, "none_due": {}, "as_untraced": {}}
+    for k in kinds:
+        out["none_due"][k] = count(k, step, steps, NONE_DUE)
+        out["as_untraced"][k] = count(k, step, steps, scale)
+    return out
+
+
+def report(r: dict) -> None:
+    print(f"\n== Recording cost, counted: Python opcodes per seed-style MLP step ({r['steps']} steps) ==")
+    for how, label in (("none_due", "no thread-clock or run-queue reading due"),
+                       ("as_untraced", f"readings due as often as untraced (thresholds x{r['scale']:.0f})")):
+        kinds = r[how]
+        plain = kinds["plain"]
+        print(f"{label}:")
+        for k, v in kinds.items():
+            extra = "" if k == "plain" else (f"  ({100 * (v['user'] / plain['user'] - 1):+.1f}% on the user's thread, "
+                                             f"{v['device'] - plain['device']:+.0f} on the device thread)")
+            print(f"  {k:10s} user's thread {v['user']:9.0f}   device thread {v['device']:7.0f}{extra}")
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(prog="python -m hpu_lab.bench.reccost", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=5)
+    args = p.parse_args(argv if argv is not None else [])
+    try:
+        r = measure(args.steps)
+    except ImportError as e:
+        print(f"\n== Recording cost: not available ({e}) ==")
+        return {}
+    report(r)
+    return r
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
