@@ -912,15 +912,7 @@ class Recorder:
         if not everyone and not some:
             return
         if event.lane != "host":             # device events are re-timed by the model, not stamped
-            _untrack(event)                  # observers may keep it: see _gc_untracker
-            if _is_tracked(event.__dict__):
-                _untrack(event.__dict__)
-            if self._ops or self._ready or self._handing_over:
-                self.flush()
-            for fn in everyone:
-                fn(event)
-            for fn in some:
-                fn(event)
+            self._deliver(event, everyone, some)
             return
         w0 = _perf_ns()
         if w0 < self._run_until and _get_ident() == self._run_ident:
@@ -941,7 +933,7 @@ class Recorder:
                 self._ops += (start, event, "", 0, last, self._run_clock)
                 hc.last_wall = _perf_ns()
                 return
-            self._emit_in_run(event, everyone, some, hc, last, start)
+            self._emit_short(event, everyone, some, hc, self._run_clock, last, start, reopen=False)
             return
         if self._muted:
             return
@@ -967,32 +959,7 @@ class Recorder:
             start = event.t_end
             if not last_end <= start <= w0 or w0 - start >= OBSERVER_EXACT_NS:
                 start = w0
-            mine = start - last_end
-            with hc.lock:
-                self._catch_up(clock)
-                clock.last_user += mine
-                hc.cpu = cpu = hc.cpu + mine
-                blocked = hc.blocked
-            d = event.__dict__
-            d["cpu_ns"], d["blocked_ns"] = cpu, blocked
-            _untrack(event)
-            if _is_tracked(d):
-                _untrack(d)
-            if self._ready or self._handing_over:
-                self.flush()
-            for fn in everyone:
-                fn(event)
-            for fn in some:
-                fn(event)
-            t = _perf_ns()
-            if t - start >= OBSERVER_EXACT_NS or t - clock.runq_at > BLOCKED_MIN_NS:
-                self._after_observers(clock, start, t, clock.last_user)
-            else:
-                with hc.lock:
-                    clock.observers += t - start
-                hc.last_wall = clock.last_end = t
-                hc.last_clock = clock
-                self._open_run(clock)
+            self._emit_short(event, everyone, some, hc, clock, last_end, start, reopen=True)
             return
         # Building the event (between its end and this call) is the recording's bookkeeping, not
         # the user's host work, when the event was made just now (its end after this thread's
@@ -1041,47 +1008,38 @@ class Recorder:
                     if off_cpu > BLOCKED_MIN_NS:
                         hc.blocked += off_cpu
             d["cpu_ns"], d["blocked_ns"] = hc.cpu, hc.blocked    # frozen: set past __setattr__
+        self._deliver(event, everyone, some)
+        self._after_observers(clock, start, _perf_ns(), user)
+
+    def _deliver(self, event: Event, everyone: tuple, some: tuple) -> None:
+        """Hand an event (stamped, if a host event) to its observers, after the op events stamped
+        before it (flush)."""
         _untrack(event)                      # observers may keep it: see _gc_untracker
+        d = event.__dict__
         if _is_tracked(d):                   # its fields (a dict: see _record), if they hold
             _untrack(d)                      # containers (most hold numbers and strings only)
-        if self._ready or self._handing_over:
+        if self._ops or self._ready or self._handing_over:
             self.flush()
         for fn in everyone:
             fn(event)
         for fn in some:
             fn(event)
-        self._after_observers(clock, start, _perf_ns(), user)
 
-    def _emit_in_run(self, event: Event, everyone: tuple, some: tuple, hc: "_HostClock", last: int,
-                     start: int) -> None:
-        """emit's short path while the calling thread's op run is open (see emit): the user's CPU
-        since the thread's previous stamp (``last``, the host clock's ``last_wall``) taken as the
-        wall time up to ``start``, the event delivered, the emit's own time charged to the
-        observers. The run stays open (_open_run would set what it holds already)."""
-        clock = self._run_clock
-        mine = start - last
+    def _emit_short(self, event: Event, everyone: tuple, some: tuple, hc: "_HostClock", clock: "_ThreadClock",
+                    last_end: int, start: int, reopen: bool) -> None:
+        """emit's short path (no thread-clock reading, no gap): the user's CPU since the thread's
+        previous stamp (``last_end``) taken as the wall time up to ``start``, the event delivered,
+        the emit's own time charged to the observers. ``reopen``: open the thread's op run after
+        it; within the open run (emit) it stays open as it is (_open_run would set what it holds)."""
+        mine = start - last_end
         with hc.lock:
-            clock.last_end = last            # _catch_up, for the thread that stamped last
-            if self._ops:
-                self._settle()
-            o = clock.open_t
-            if o is not None:
-                clock.observers += last - o
-                clock.open_t = None
+            self._catch_up(clock)
             clock.last_user += mine
             hc.cpu = cpu = hc.cpu + mine
             blocked = hc.blocked
         d = event.__dict__
-        d["cpu_ns"], d["blocked_ns"] = cpu, blocked
-        _untrack(event)                      # observers may keep it: see _gc_untracker
-        if _is_tracked(d):
-            _untrack(d)
-        if self._ready or self._handing_over:
-            self.flush()
-        for fn in everyone:
-            fn(event)
-        for fn in some:
-            fn(event)
+        d["cpu_ns"], d["blocked_ns"] = cpu, blocked     # frozen: set past __setattr__
+        self._deliver(event, everyone, some)
         t = _perf_ns()
         if t - start >= OBSERVER_EXACT_NS or t - clock.runq_at > BLOCKED_MIN_NS:
             self._after_observers(clock, start, t, clock.last_user)
@@ -1089,6 +1047,9 @@ class Recorder:
             with hc.lock:
                 clock.observers += t - start
             hc.last_wall = clock.last_end = t
+            if reopen:
+                hc.last_clock = clock
+                self._open_run(clock)
 
     def _after_observers(self, clock: _ThreadClock, start: int, t: int, user: int) -> None:
         """The end of a host event's emit (``t``: now): a fresh run-queue baseline if due, and what
