@@ -517,3 +517,62 @@ def test_the_first_op_of_a_backward_pass_stays_in_the_run(step):
     assert not alone, [e.op for e in alone]
     ops = [e for r in runs for e in r.events()]
     assert len(ops) >= 3 * 40 and all(a.cpu_ns <= b.cpu_ns for a, b in zip(ops, ops[1:]))
+
+
+def _mixed_workload(step):
+    """Lazy steps, host reads, a copy, a capture and its replays, a metric read mid-way."""
+    from hpu_lab.graphs import HPUGraph
+    from hpu_lab.metrics import metric_global
+    step()
+    x = torch.randn(16, 16).to("hpu")
+    y = (x @ x).relu().sum()
+    assert y.item() == pytest.approx(((x.cpu() @ x.cpu()).relu().sum()).item(), rel=1e-5)
+    marks = dict(metric_global("mark_step").stats())["TotalNumber"]
+    step()
+    assert dict(metric_global("mark_step").stats())["TotalNumber"] == marks + 2   # read right after
+    g = HPUGraph()
+    g.capture_begin()
+    z = x * 2 + 1
+    g.capture_end()
+    for _ in range(3):
+        g.replay()
+    assert torch.equal(z.cpu(), x.cpu() * 2 + 1)
+    step()
+    torch.hpu.synchronize()
+
+
+def test_host_events_in_the_op_run_reach_a_log_as_if_delivered_one_by_one(step):
+    """While only runs-keeping (a Collector) and late observers (the metrics) listen, host events go
+    into the op run (emit); with a one-by-one observer besides, each is delivered at once. The log
+    holds the same host events, in the same order, with stamps that never go back, either way."""
+    from hpu_lab.metrics import metric_global
+
+    def host(events):
+        return [(type(e).__name__, getattr(e, "op", ""), getattr(e, "reason", ""), e.src if hasattr(e, "src") else "")
+                for e in events if e.lane == "host"]
+
+    def counts():
+        return {n: dict(metric_global(n).stats()) for n in ("mark_step", "graph_launch", "host_sync", "hpu_graph")}
+
+    _mixed_workload(step)                        # every recipe compiled: both recordings hit the cache
+    before = counts()
+    with ev.Collector() as deferred:
+        _mixed_workload(step)
+        runs = [x for x in deferred.log.items if type(x) is ev.OpRun and x.host_events()]
+    after = counts()
+    with ev.subscribe(lambda e: None), ev.Collector() as each:
+        _mixed_workload(step)
+    assert runs, "no host event went into an op run (the path under test was not taken)"
+    assert host(deferred.events) == host(each.events)
+    for events in (deferred.events, each.events):
+        stamped = [e for e in events if e.lane == "host"]
+        assert all(e.cpu_ns >= 0 and e.blocked_ns >= 0 for e in stamped)
+        assert all(a.cpu_ns <= b.cpu_ns and a.blocked_ns <= b.blocked_ns for a, b in zip(stamped, stamped[1:]))
+        launched = {e.launch_id for e in events if isinstance(e, ev.Launch)}
+        assert launched <= {e.launch_id for e in events if isinstance(e, ev.DeviceExecution)}
+    # the late metrics counted every event of the deferred recording
+    assert after["mark_step"]["TotalNumber"] - before["mark_step"]["TotalNumber"] == \
+        sum(isinstance(e, ev.MarkStep) for e in deferred.events)
+    assert after["graph_launch"]["TotalNumber"] - before["graph_launch"]["TotalNumber"] == \
+        sum(isinstance(e, ev.Launch) for e in deferred.events)
+    assert after["hpu_graph"]["Replays"] - before["hpu_graph"]["Replays"] == 3
