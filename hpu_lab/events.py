@@ -575,7 +575,8 @@ class _HostClock:
 class OpRun:
     """A run of op events handed to the observers at once (Recorder.op_accumulated), kept as the
     stamps it was made of: ``events()`` builds its ``OpAccumulated`` events on the first call, once,
-    for every observer (with the other host events that went into the run, stamped then: emit). An observer that subscribes with ``runs=`` keeps the run itself (``EventLog``:
+    for every observer (with the other host events that went into the run, stamped then: emit).
+    An observer that subscribes with ``runs=`` keeps the run itself (``EventLog``:
     one list item) and builds the events only when its list is read: a live panel keeps ~36,000 op
     events of a 600-step loop and reads them when it draws, after the loop."""
     __slots__ = ("_segments", "_made", "_n")
@@ -918,9 +919,9 @@ class Recorder:
         if w0 < self._run_until and _get_ident() == self._run_ident:
             # this thread's op run is open (_open_run: a recording listens, nothing muted, this
             # thread stamped last, no gap noted, neither the thread clock nor the run-queue
-            # baseline due): emit's short path below, in the fewest steps (~12 such events a
-            # training step besides the ~60 op stamps)
-            # (no gap to check: see op_accumulated; the event started before w0)
+            # baseline due): into the run, or emit's short path without its checks (~12 such
+            # events a training step besides the ~60 op stamps; no gap to check: see
+            # op_accumulated, and the event started before w0)
             hc = self._host
             last = hc.last_wall
             start = event.t_end
