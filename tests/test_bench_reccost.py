@@ -24,9 +24,12 @@ def test_what_a_recording_adds_to_a_step_is_counted_on_both_threads(counted):
 
 
 def test_the_count_with_no_reading_due_is_the_same_every_time():
+    # within 1%: which thread hands a run over (the user's at its next immediate event, or the
+    # device thread at its next DeviceExecution) is a race, and moves ~0.3% of the user's count
+    # (seen on CI beside a CPU burner) to the device thread; the recording adds ~5%
     step = reccost._loop(16)
     first, again = (reccost.count("collector", step, 2, reccost.NONE_DUE) for _ in range(2))
-    assert again["user"] == pytest.approx(first["user"], rel=0.002)
+    assert again["user"] == pytest.approx(first["user"], rel=0.01)
 
 
 def test_counting_leaves_the_recorders_thresholds_as_they_were(counted):
