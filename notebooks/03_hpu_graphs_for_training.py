@@ -437,7 +437,7 @@ widgets.compare([lazy, mgc, cacher, replay], steps=8)      # 8 training steps ea
 #
 # > *The base case with no HPU Graphs has a CPU processing time of 4.8ms … make_graphed_callables … 3.9 ms … capture and replay mode, with a host time of around 1.3ms.*
 #
-# The four epochs recorded above (8 steps each, all warm) on the Gaudi clock of first-generation Gaudi, the seed's card (`hpu_lab.perfmodel.retime`, `docs/gaudi_clock.md`). The model is host-bound on it. The Gaudi clock's host lane advances by the host's CPU time, stamped on every host event (`cpu_ns`): the CPU time this machine spent on the step's host work (tracing, graph building, cache lookups: what the bridge does on a real host), so it varies by machine. Each step starts by copying its batch in; the median step, from one copy to the next, leaves out a stray garbage collection. The device's time is modeled:
+# The four epochs recorded above (8 steps each, all warm) on the Gaudi clock of first-generation Gaudi, the seed's card (`hpu_lab.perfmodel.retime`, `docs/gaudi_clock.md`). The model is host-bound on it. The Gaudi clock's host lane advances by the host's CPU time, stamped on every host event (`cpu_ns`): the CPU time this machine spent on the step's host work (tracing, graph building, cache lookups: what the bridge does on a real host), so it varies by machine. Each step starts by copying its batch in, and its host work ends with its last host event; the data loader's work before the next batch's copy is the same in every mode and is left out (with it, the loader's ~7 ms a step on this machine made the four modes look alike). The median step leaves out a stray garbage collection. The device's time is modeled:
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -446,13 +446,14 @@ from hpu_lab.bench.graphs import SEED_HOST_MS
 modes = {"lazy": lazy, "make_graphed_callables": mgc, "ModuleCacher": cacher, "capture/replay": replay}
 clock = {m: pm.retime(s.events, "gaudi") for m, s in modes.items()}
 
-def host_ms(s):                        # median host CPU time from one step's batch copy to the next's
-    copies = [e.cpu_ns for e in s.of(ev.HostToDevice)]
+def host_ms(s):                        # median host CPU time of a step: its batch copy to its last host event
+    host = [e for e in s.events if e.lane == "host"]
+    copies = [i for i, e in enumerate(host) if isinstance(e, ev.HostToDevice)]
     per_step = len(copies) // 8                     # the same copies every step (data, target)
     assert per_step >= 2 and len(copies) == 8 * per_step, len(copies)
     starts = copies[::per_step]
-    gaps = sorted(b - a for a, b in zip(starts, starts[1:]))
-    return gaps[len(gaps) // 2] / 1e6
+    spans = sorted(host[nxt - 1].cpu_ns - host[i].cpu_ns for i, nxt in zip(starts, starts[1:]))
+    return spans[len(spans) // 2] / 1e6
 
 print(f"{'mode':24s} {'host ms/step':>12s} {'device ms/step':>14s} {'seed host ms':>13s}")
 for m, r in clock.items():
