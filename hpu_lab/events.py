@@ -638,6 +638,7 @@ def _build_ops(segments) -> list:
     time before the run plus the user's time between this thread's stamps, the sum _settle added to
     the host clock, in the same order. An op becomes an OpAccumulated; a host event that went into
     the run (emit) gets its stamps."""
+    from .ops import op_name         # once a build, not once an op (an import statement is ~1 us)
     new, setter, untrack, tracked = object.__new__, object.__setattr__, _untrack, _is_tracked
     made = []
     for cpu, blocked, items in segments:
@@ -653,7 +654,7 @@ def _build_ops(segments) -> list:
                         untrack(d)
                     made.append(op)
                     continue
-                op = _op_name(op)
+                op = op_name(op)
             e = new(OpAccumulated)
             d = {"t_start": t, "t_end": t, "lane": "host", "step": step, "cpu_ns": cpu,
                  "blocked_ns": blocked, "op": op, "shapes": (), "dtype": "", "src": src}
