@@ -144,6 +144,41 @@ def _slowdown(step, steps: int) -> float:
     return max((time.perf_counter() - t) / plain, 1.0)
 
 
+def dues(kind: str, step, steps: int = 100) -> dict:
+    """How often the recorder's time-driven paths run per step, untraced: thread-clock readings and
+    dues (``_after_observers``: the end of an emit, or of an op, that read the clock or refreshed
+    the run-queue baseline or took long, each closing the op run). Wall time decides them, so these
+    move with the machine's speed and load, unlike the counts; they are what the "as untraced"
+    count stands for."""
+    import torch
+    from hpu_lab import events as ev
+    n = {"readings": 0, "dues": 0}
+    rec, read = ev.recorder, ev.thread_cpu
+    after = rec._after_observers
+
+    def counted_read():
+        n["readings"] += 1
+        return read()
+
+    def counted_after(*a):
+        n["dues"] += 1
+        return after(*a)
+    stop = _observer(kind)
+    try:
+        for _ in range(2):
+            step()
+        torch.hpu.synchronize()
+        ev.thread_cpu, rec._after_observers = counted_read, counted_after
+        for _ in range(steps):
+            step()
+        torch.hpu.synchronize()
+    finally:
+        ev.thread_cpu = read
+        del rec._after_observers                  # the method again
+        stop()
+    return {k: v / steps for k, v in n.items()}
+
+
 # "none due": thresholds so long that no reading falls due inside the count: the recording's cost
 # per event, the same in every run; "as untraced": scaled by the tracing slowdown, the readings as
 # often per step as in the loop itself (within a few percent: the slowdown is one sample)
@@ -155,9 +190,12 @@ def measure(steps: int = 5, batch: int = 64, kinds=KINDS) -> dict:
     step = _loop(batch)
     scale = _slowdown(step, steps)
     out = {"steps": steps, "scale": scale, "none_due": {}, "as_untraced": {}}
+    out["dues"] = {}
     for k in kinds:
         out["none_due"][k] = count(k, step, steps, NONE_DUE)
         out["as_untraced"][k] = count(k, step, steps, scale)
+        if k != "plain":
+            out["dues"][k] = dues(k, step)
     return out
 
 
@@ -172,6 +210,9 @@ def report(r: dict) -> None:
             extra = "" if k == "plain" else (f"  ({100 * (v['user'] / plain['user'] - 1):+.1f}% on the user's thread, "
                                              f"{v['device'] - plain['device']:+.0f} on the device thread)")
             print(f"  {k:10s} user's thread {v['user']:9.0f}   device thread {v['device']:7.0f}{extra}")
+    print("untraced, per step (wall time decides these: they move with the machine's speed and load):")
+    for k, v in r.get("dues", {}).items():
+        print(f"  {k:10s} {v['dues']:5.1f} dues, {v['readings']:5.1f} thread-clock readings")
 
 
 def main(argv=None) -> dict:
