@@ -477,15 +477,23 @@ _pread_holding_gil = _gil_holding_pread()
 # A host event stamped within this much wall time of the thread's previous stamp (and of its last
 # thread-clock reading) takes its CPU time as the previous one plus the wall time in between: the
 # thread-clock reading is a system call, 2 us on an idle VM and 70-220 us under load (profiled: 3 s
-# of a 600-step loop's 45,000 events). A reading at least every 1 ms (and after any gap of 1 ms, where
-# the blocked-time test needs it) keeps the host lane on CPU time.
-CPU_READ_NS = BLOCKED_MIN_NS
+# of a 600-step loop's 45,000 events). A reading at least every 2 ms (and after any gap of 1 ms, where
+# the blocked-time test needs it) keeps the host lane on CPU time: a stamp in between runs ahead of
+# the thread's CPU time by at most the time it spent off the CPU since the last reading (waiting for
+# the interpreter lock, preempted), and the next reading takes that back (the estimate waits for
+# it). Each reading closes the op run (a due: ~250 bytecodes, 20-130 us on this VM): every 1 ms it
+# was 6-8 in a 6 ms training step, ~4% of a recorded step's wall time.
+CPU_READ_NS = 2_000_000
+# The run-queue baseline a gap subtracts from its off-CPU time (Recorder.emit) is refreshed with the
+# thread-clock readings, as often: a gap then subtracts at most the run-queue delay of the last
+# CPU_READ_NS before it that was not its own (and only if the thread was off the CPU more than
+# RUNQ_SLACK_NS then: see below).
 
 # The run-queue baseline (a /proc read, ~5 us, 4-5 a training step) is not read again while the
 # thread's clock shows it was off the CPU at most this long since the last read (wall time minus CPU
 # time: it cannot have waited for a core longer), which is most of the time on an idle machine and
 # ~40% of the 1 ms intervals at load 6. A gap then subtracts at most this much run-queue delay that
-# was not its own, against up to the run-queue delay of the last 1 ms before the gap anyway.
+# was not its own, against up to the run-queue delay of the last CPU_READ_NS before the gap anyway.
 RUNQ_SLACK_NS = 100_000
 
 # Observers that return within this much wall time are charged their wall time as their CPU time
@@ -518,7 +526,7 @@ class _ThreadClock:
         except OSError:
             self.fd = None
         self.last_runq = self._runq()
-        self.runq_at = _perf_ns()    # when last_runq was read: kept within ~1 ms of every stamp
+        self.runq_at = _perf_ns()    # when last_runq was read: kept within CPU_READ_NS of every stamp
         self.runq_mark = None        # (wall, thread CPU) when last_runq was read by _after_observers
         self.gap_end = None          # (t, host last_wall then, user CPU, run-queue delay) or None
         self.read_at = 0             # perf_counter_ns of the last thread-clock reading by emit
@@ -699,6 +707,7 @@ class Recorder:
         # ``_run_gap`` after the thread's previous stamp (see _open_run). Meanwhile the host clock's
         # ``last_wall`` is that thread's last stamp (its clock's ``last_end``: _catch_up)
         self._run_until = 0
+        self._run_due = 0                  # the run's hard end: the thread clock or baseline due
         self._run_clock: Optional[_ThreadClock] = None
         self._run_ident = None
         self._run_gap = 0
@@ -779,9 +788,11 @@ class Recorder:
         self._run_gap = gap = min(CPU_READ_NS, BLOCKED_MIN_NS + 1)
         # the thread's stamps only move later while the run is open, so an op or event before
         # ``_run_until`` is less than ``gap`` after the latest of them: op_accumulated and emit's
-        # in-run path need not check a gap
-        self._run_until = min(clock.read_at + CPU_READ_NS, clock.runq_at + BLOCKED_MIN_NS + 1,
-                              clock.last_end + gap)
+        # in-run path need not check a gap. The run stays open past that bound, up to
+        # ``_run_due`` (the thread clock or the baseline due), for an op less than ``gap`` after
+        # the latest stamp: op_accumulated moves the bound on (a gap shorter than the reading period)
+        self._run_due = due = min(clock.read_at + CPU_READ_NS, clock.runq_at + CPU_READ_NS + 1)
+        self._run_until = min(due, clock.last_end + gap)
 
     def _gap_end(self, t: int) -> None:
         """now() on this thread, after a gap with no stamped host event: note where it ended."""
@@ -954,8 +965,8 @@ class Recorder:
         if hc.last_clock is clock:           # its last stamp may be an op's (op_accumulated)
             clock.last_end = hc.last_wall
         last_end = clock.last_end
-        if (w0 - last_end < CPU_READ_NS and w0 - clock.read_at < CPU_READ_NS and clock.gap_end is None
-                and event.t_start - hc.last_wall <= BLOCKED_MIN_NS and w0 - clock.runq_at <= BLOCKED_MIN_NS):
+        if (w0 - last_end <= BLOCKED_MIN_NS and w0 - clock.read_at < CPU_READ_NS and clock.gap_end is None
+                and event.t_start - hc.last_wall <= BLOCKED_MIN_NS and w0 - clock.runq_at <= CPU_READ_NS):
             # the common case (a live panel: ~15 events a step besides the op events, tens of us
             # apart), the same stamps as below in fewer steps: no thread-clock reading, no gap
             start = event.t_end
@@ -973,9 +984,10 @@ class Recorder:
         mark = None                              # (wall, thread CPU) of a thread-clock reading now
         with hc.lock:
             self._catch_up(clock)
-            if (w0 - clock.read_at < CPU_READ_NS and w0 - clock.last_end < CPU_READ_NS
-                    and w0 - clock.runq_at <= BLOCKED_MIN_NS):
-                # close to the previous stamp: the thread ran user code since that emit returned (the
+            if (w0 - clock.read_at < CPU_READ_NS and w0 - clock.last_end <= BLOCKED_MIN_NS
+                    and w0 - clock.runq_at <= CPU_READ_NS):
+                # close to the previous stamp (less than a gap after it: the thread may have been
+                # blocked in a longer one): the thread ran user code since that emit returned (the
                 # wall time since then), without a thread-clock reading (a system call: 2-70 us here)
                 user = clock.last_user + (start - clock.last_end)
             else:
@@ -1047,7 +1059,7 @@ class Recorder:
         d["cpu_ns"], d["blocked_ns"] = cpu, blocked     # frozen: set past __setattr__
         self._deliver(event, everyone, some)
         t = _perf_ns()
-        if t - start >= OBSERVER_EXACT_NS or t - clock.runq_at > BLOCKED_MIN_NS:
+        if t - start >= OBSERVER_EXACT_NS or t - clock.runq_at > CPU_READ_NS:
             self._after_observers(clock, start, t, clock.last_user)
         else:
             with hc.lock:
@@ -1069,7 +1081,7 @@ class Recorder:
         run (_open_run) is closed once a millisecond for both, not once for each (16 against ~8
         dues in a 6 ms training step)."""
         c = None                                    # a thread-clock reading taken just now
-        if mark is not None or t - clock.runq_at > BLOCKED_MIN_NS:
+        if mark is not None or t - clock.runq_at > CPU_READ_NS:
             if mark is None:                        # due during the observers (rare): read now
                 c = thread_cpu()
                 mark = (t, c)
@@ -1116,14 +1128,23 @@ class Recorder:
         run-queue baseline)."""
         t = _perf_ns()
         # as few steps as can be (~60 ops a training step). The run is open only until the thread
-        # clock or the run-queue baseline is due, each read at or before the thread's latest stamp
-        # (``last_wall``), so within the run this op is less than CPU_READ_NS and BLOCKED_MIN_NS
-        # after that stamp: no gap to check (_open_run)
+        # clock or the run-queue baseline is due, and for ops less than a gap (BLOCKED_MIN_NS) apart:
+        # below ``_run_until`` this op is less than one after the thread's latest stamp
+        # (``last_wall``): no gap to check (_open_run)
         if t < self._run_until and _get_ident() == self._run_ident:
             hc = self._host
             self._ops += (t, op, src, self.step, hc.last_wall, self._run_clock)
             hc.last_wall = _perf_ns()
             return
+        if self._run_until and t < self._run_due and _get_ident() == self._run_ident:
+            # only the gap bound passed (~once a millisecond): no gap if this op is less than one
+            # after the thread's latest stamp, and the run goes on, bounded from this op
+            hc = self._host
+            if 0 <= t - hc.last_wall < self._run_gap:
+                self._run_until = min(self._run_due, t + self._run_gap)
+                self._ops += (t, op, src, self.step, hc.last_wall, self._run_clock)
+                hc.last_wall = _perf_ns()
+                return
         if not self._op_due(t, op, src):
             self.emit(OpAccumulated(t, t, "host", self.step, op=op if type(op) is str else _op_name(op), src=src))
 
@@ -1145,7 +1166,7 @@ class Recorder:
         mark = None
         with hc.lock:
             self._catch_up(clock)
-            if t - clock.read_at >= CPU_READ_NS or other or t - clock.runq_at > BLOCKED_MIN_NS:
+            if t - clock.read_at >= CPU_READ_NS or other or t - clock.runq_at > CPU_READ_NS:
                 w0 = clock.read_at = _perf_ns()
                 mark = (w0, thread_cpu())
                 user = max(mark[1] - clock.observers - (w0 - t), clock.last_user)

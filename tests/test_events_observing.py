@@ -368,7 +368,7 @@ def test_an_op_due_for_a_thread_clock_reading_stays_in_the_run(monkeypatch):
         monkeypatch.setattr(ev, "thread_cpu", lambda: reads.append(1) or time.thread_time_ns())
         for i in range(20):
             clock.read_at = -10**15                    # due on every op
-            ev.recorder._run_until = 1
+            ev.recorder._run_until = ev.recorder._run_due = 1
             ev.op_accumulated("aten::mul", "x.py:1")
         ev.emit(ev.MarkStep(ev.now(), ev.now(), "host", ev.recorder.step))
     finally:
@@ -406,25 +406,48 @@ def test_an_exact_reading_after_a_long_observer_is_the_next_stamps_reading(monke
     assert all(a.cpu_ns <= b.cpu_ns for a, b in zip(seen, seen[1:]))
 
 
-def test_a_stamp_reads_the_thread_clock_when_the_run_queue_baseline_is_due(monkeypatch):
-    """The run-queue baseline and the thread clock fall due together: a stamp that finds either due
-    takes one reading for both, so that the op run is closed once a millisecond for both."""
-    monkeypatch.setattr(ev, "CPU_READ_NS", 10**12)        # the thread clock is never due by itself
+def test_a_stamp_reads_the_thread_clock_when_the_run_queue_baseline_is_due():
+    """The run-queue baseline and the thread clock fall due together: a stamp that finds the
+    baseline due while the clock is not (the clock read just before: a long emit) takes one
+    reading for both, so that the op run is closed once a reading period for both."""
     with ev.Collector():
         ev.emit(ev.MarkStep(ev.now(), ev.now(), "host", ev.recorder.step))
         clock = ev.recorder._tls.clock
         for _ in range(3):
-            clock.runq_at -= 2 * ev.BLOCKED_MIN_NS       # the baseline is due
+            clock.runq_at -= 2 * ev.CPU_READ_NS          # the baseline is due, the clock is not
             ev.recorder._run_until = 0                   # (the run would have closed then)
-            before = clock.read_at
+            before = clock.read_at = ev.now()
             ev.emit(ev.MarkStep(ev.now(), ev.now(), "host", ev.recorder.step))
             assert clock.read_at >= clock.runq_at > before     # (later: a long emit read again)
             ev.op_accumulated("aten::mul", "x.py:1")
-            clock.runq_at -= 2 * ev.BLOCKED_MIN_NS
+            clock.runq_at -= 2 * ev.CPU_READ_NS
             ev.recorder._run_until = 0
-            before = clock.read_at
+            before = clock.read_at = ev.now()
             ev.op_accumulated("aten::mul", "x.py:1")     # an op finding it due (_op_due)
             assert clock.read_at >= clock.runq_at > before
+
+
+def test_the_op_run_goes_on_while_its_ops_are_less_than_a_gap_apart(monkeypatch):
+    """The op run is bounded one gap (BLOCKED_MIN_NS) after its latest stamp, not after the stamp
+    that opened it: ops closer together than that stay in the run until the thread clock is due
+    (every CPU_READ_NS), with no due of their own; an op after a longer pause is no part of it (the
+    pause is measured: a sleep is blocked time)."""
+    monkeypatch.setattr(ev, "CPU_READ_NS", 10**12)        # no reading due by time
+    dues = []
+    op_due = ev.recorder._op_due
+    monkeypatch.setattr(ev.recorder, "_op_due", lambda *a: dues.append(1) or op_due(*a))
+    with ev.Collector() as c:
+        ev.emit(ev.MarkStep(ev.now(), ev.now(), "host", ev.recorder.step))
+        for i in range(40):                             # 40 ops ~150 us apart: 6 ms, six gap bounds
+            _busy(150_000)
+            ev.op_accumulated("aten::mul", "x.py:1")
+        assert len(dues) <= 2, len(dues)                # (was: one a millisecond; under load a
+        time.sleep(0.005)                               # preemption may make a gap)
+        ev.op_accumulated("aten::add", "x.py:2")
+    ops = c.of(ev.OpAccumulated)
+    assert [e.op for e in ops] == ["aten::mul"] * 40 + ["aten::add"]
+    assert ops[-1].blocked_ns - ops[-2].blocked_ns > 2_000_000     # the sleep, blocked
+    assert all(a.cpu_ns <= b.cpu_ns for a, b in zip(ops, ops[1:]))
 
 
 def test_a_thread_without_user_code_brings_no_cpu_from_before_the_recording():
