@@ -846,7 +846,10 @@ class Recorder:
         self._run_until = 0                # a recording starts from a stamp (see _open_run)
         if stamps and not self._listening:
             self._restart_clocks(user_threads=True)    # a recording starts: the host clock starts now
-        else:
+        elif not (self._listening and self.ops_wanted):
+            # (while a recording takes op events, every thread stamps its ops and its clock is up to
+            # date: a restart would drop the CPU a thread without user code spent since its last
+            # stamp, in the middle of a backward pass when a live panel wakes up to redraw)
             self._restart_clocks()
         with self._lock:
             if not stamps:

@@ -489,6 +489,39 @@ def test_a_thread_without_user_code_brings_no_cpu_from_before_the_recording():
     assert marks[-1].cpu_ns - marks[0].cpu_ns < 10_000_000, marks   # not the engine's 40 ms
 
 
+def test_an_observer_joining_a_recording_keeps_the_cpu_of_a_thread_without_user_code():
+    """While a recording takes op events, a thread Python did not start (autograd's) stamps its ops,
+    so its clock is up to date: an observer subscribing then (a live panel waking up to redraw, in
+    the middle of a backward pass) does not restart it, and the CPU it spent since its last stamp
+    stays host time (a restart dropped it)."""
+    go = [threading.Event() for _ in range(4)]
+
+    def engine():                            # started by _thread: a _DummyThread, like autograd's
+        try:
+            go[0].wait()
+            ev.emit(ev.MarkStep(ev.now(), ev.now(), "host", ev.recorder.step))
+            t = time.thread_time_ns()
+            while time.thread_time_ns() - t < 20_000_000:
+                pass                          # 20 ms of backward work, not yet stamped
+            go[1].set()
+            go[2].wait()
+            ev.emit(ev.MarkStep(ev.now(), ev.now(), "host", ev.recorder.step))
+        finally:
+            go[1].set()
+            go[3].set()
+    _thread.start_new_thread(engine, ())
+    with ev.Collector() as c:
+        ev.emit(ev.MarkStep(ev.now(), ev.now(), "host", ev.recorder.step))
+        go[0].set()
+        assert go[1].wait(10)
+        ev.subscribe(lambda e: None, [ev.Compile]).remove()    # an observer joins, and goes
+        go[2].set()
+        assert go[3].wait(10)
+    marks = c.of(ev.MarkStep)
+    assert len(marks) == 3
+    assert marks[2].cpu_ns - marks[1].cpu_ns >= 15_000_000, marks   # the engine's 20 ms
+
+
 def _count_clock_readings(monkeypatch):
     """Counts the recorder's thread-clock and run-queue readings (its system calls), per kind."""
     calls = {"thread_cpu": 0, "runq": 0}

@@ -405,7 +405,8 @@ def test_live_redraws_start_after_12_s_of_a_loop_with_the_default_budget(monkeyp
             ev.emit(e)
         assert p.stats["live_refreshes"] == 0       # 0.25 s > 2% of 6.25 s (the 5% budget redrew here)
         now[0] += 7.0
-        ev.emit(ev.MarkStep(0, 1, "host", 3))
+        for e in src:
+            ev.emit(e)
         assert p.stats["live_refreshes"] == 1       # 0.25 s <= 2% of 13.25 s
     finally:
         p.detach()
@@ -425,16 +426,23 @@ def test_a_panel_opens_few_widgets():
 
 def test_a_live_panel_keeps_every_event_and_looks_for_a_redraw_on_few(monkeypatch):
     """Every event reaches the panel's log by list.append (no panel code per event, none on the
-    device thread); the live check runs on LIVE_KINDS only (a few a step), after the event is logged."""
-    seen = []
-    real = pn.SectionPanel._on_event
+    device thread); the live check runs on LIVE_KINDS only (a few a step), late: after the event is
+    logged, with the event in the op run like the others. While no redraw is due the panel takes
+    no event at once (each would hand the op run over before it)."""
+    seen, woke = [], []
+    real = pn.SectionPanel._look
+
+    def logged(p, e):
+        return any(x is e or (type(x) is ev.OpRun and any(y is e for y in x.events()))
+                   for x in list.__iter__(p.log.items))
 
     def counted(self, e):
-        seen.append((type(e), e in self.log.items))
+        seen.append((type(e), logged(self, e)))
         return real(self, e)
-    monkeypatch.setattr(pn.SectionPanel, "_on_event", counted)
+    monkeypatch.setattr(pn.SectionPanel, "_look", counted)
+    monkeypatch.setattr(pn.SectionPanel, "_on_event", lambda self, e: woke.append(e))
     src = host_bound_loop(steps=3)
-    p = widgets.SectionPanel("", min_interval=3600.0)          # no redraw in the test
+    p = widgets.SectionPanel("", min_interval=3600.0)          # no redraw due in the test
     p.attach(live=True)
     try:
         for e in src:
@@ -442,11 +450,26 @@ def test_a_live_panel_keeps_every_event_and_looks_for_a_redraw_on_few(monkeypatc
     finally:
         p.detach()
     assert p.events == src
-    # every LIVE_KINDS event until the first MarkStep; from there on, launches come with steps
-    first_step = next(i for i, e in enumerate(src) if isinstance(e, ev.MarkStep))
-    live = ([e for e in src[:first_step + 1] if isinstance(e, pn.LIVE_KINDS)]
-            + [e for e in src[first_step + 1:] if isinstance(e, pn.STEP_LIVE_KINDS)])
+    live = [e for e in src if isinstance(e, pn.LIVE_KINDS)]
     assert [kind for kind, _ in seen] == [type(e) for e in live] and len(live) < len(src) / 10
-    kinds = [kind for kind, _ in seen]
-    assert ev.Launch in kinds[:kinds.index(ev.MarkStep)] and ev.Launch not in kinds[kinds.index(ev.MarkStep):]
-    assert all(kind in pn.LIVE_KINDS and logged for kind, logged in seen)
+    assert all(is_logged for _, is_logged in seen) and not woke
+
+
+def test_a_live_panel_wakes_to_redraw_on_the_main_thread_and_sleeps_again():
+    """Once a redraw may be due, the next LIVE_KINDS event handed over (on any thread) wakes the
+    panel: it takes LIVE_KINDS at once until the main thread emits one, redraws there, and goes
+    back to looking late: one redraw, and no observer left taking those kinds at once."""
+    p = widgets.SectionPanel("", min_interval=0.0, budget=1.0)
+    p.attach(live=True)
+    mark = next(e for e in host_bound_loop(steps=2) if type(e) is ev.MarkStep)
+    try:
+        t = threading.Thread(target=lambda: ev.emit(ev.Launch(0, 1, "host", 0, launch_id=1)))
+        t.start()
+        t.join()                                # looked at on another thread: wakes, no redraw
+        assert p._awake is not None and p.stats["live_refreshes"] == 0
+        assert ev.MarkStep in ev.recorder._kinds_now
+        ev.emit(mark)                           # the main thread's: the redraw, then asleep
+        assert p.stats["live_refreshes"] == 1 and p._awake is None
+        assert ev.Launch not in ev.recorder._kinds_now and ev.MarkStep not in ev.recorder._kinds_now
+    finally:
+        p.detach()

@@ -5,9 +5,10 @@ and table comes from the pure views (graph_view, timeline, recompiles, metrics_v
 
 Live updates: while attached, each event is appended to the panel's ``EventLog`` (by ``list.append``
 itself, as a bare Collector does; op events a run at a time, kept as the run until the events are
-read: events.OpRun); on each event of ``LIVE_KINDS`` (a few a step), on the main thread, the panel
-redraws the *visible* tab when (1) at least ``min_interval`` seconds passed since the last
-redraw and (2) the time spent redrawing, counting the redraw about to happen (estimated from the
+read: events.OpRun). It looks at the events of ``LIVE_KINDS`` (a few a step) late, when their op run
+is handed over (``_look``); once a redraw may be due it takes them at once, and at the next one on the
+main thread (``_on_event``) redraws the *visible* tab when (1) at least ``min_interval`` seconds
+passed since the last redraw and (2) the time spent redrawing, counting the redraw about to happen (estimated from the
 slowest redraw of that tab so far), stays within ``budget`` (BUDGET: 2%) of the time the section has
 run. So the overhead is bounded from the first redraw on: with a first guess of 0.25 s per redraw, a
 loop sees its first live redraw after ~12 s, short cells only the final panel. (The budget was 5%:
@@ -42,12 +43,13 @@ LIVE_STEPS = 12              # a live timeline shows the latest steps only (chea
 FINAL_STEPS = 60            # a finished section's timeline shows its latest steps (the slider shows others)
 LIVE_DPI = 60                # live redraws are rendered smaller; the final redraw at full dpi
 # the events on which a live panel looks whether a redraw is due: the user's thread making progress
-# (a step, a launch, a sync, a compile, a replay), a few a step; every event reaches the log itself
+# (a step, a launch, a sync, a compile, a replay), a few a step; every event reaches the log itself.
+# The panel takes them late (events.subscribe(late=True): they go into the op run like the others,
+# and reach it when the run is handed over, on whichever thread), and only when a redraw is due does
+# it take them at once, until the next one on the main thread, where it redraws (attach, _look).
+# Taken at once, each would hand the op run over before it: ~1,400 bytecodes of a training step
+# (1.5%), where a redraw is due once in seconds.
 LIVE_KINDS = (ev.MarkStep, ev.Launch, ev.HostSync, ev.Compile, ev.Replay)
-# ... once the loop marks steps (lazy mode): launches then come with steps and syncs, and each kind
-# watched is delivered at once (events.emit: settling and handing over the op run before it) where
-# the others go into the run; two of a training step's ~12 events instead of four
-STEP_LIVE_KINDS = (ev.MarkStep, ev.HostSync, ev.Compile, ev.Replay)
 
 
 def figure_bundle(fig, dpi: int = 80, scroll_above_px: int = 1400) -> dict:
@@ -137,8 +139,8 @@ class SectionPanel:
         self.stats = {"refreshes": 0, "refresh_s": 0.0, "live_refreshes": 0, "live_s": 0.0, "events": 0,
                       "wall_s": 0.0}
         self._handle = None
-        self._live_handle = None
-        self._live_kinds = LIVE_KINDS       # what the live observer watches (attach, _on_event)
+        self._live_handle = None            # LIVE_KINDS, late: looks whether a redraw is due (_look)
+        self._awake = None                  # LIVE_KINDS at once while a redraw is due (_on_event)
         self._attached_at = 0.0
         self._next_allowed = 0.0
         self._cost = {name: FIRST_COST_GUESS for name in TABS}    # seconds per redraw: the worst measured
@@ -209,37 +211,58 @@ class SectionPanel:
         # read. Whether a redraw is due is looked at on a few kinds of the user's thread only.
         self._handle = ev.subscribe(self.log.add, runs=self.log.add)
         if live:
-            self._live_kinds = LIVE_KINDS
-            self._live_handle = ev.subscribe(self._on_event, LIVE_KINDS)
+            self._live_handle = ev.subscribe(self._look, LIVE_KINDS, stamps=False, late=True)
         return self
 
     def detach(self) -> None:
-        if self._live_handle is not None:
-            self._live_handle.remove()
-            self._live_handle = None
+        for name in ("_awake", "_live_handle"):
+            h = getattr(self, name)
+            if h is not None:
+                setattr(self, name, None)
+                h.remove()
         if self._handle is not None:
             self._handle.remove()
             self._handle = None
             self.stats["wall_s"] += time.perf_counter() - self._attached_at
 
+    def _due(self, now: float) -> bool:
+        """Whether a live redraw may start at ``now``; if not, ``_next_allowed`` is when it may: at
+        least 50 ms on, and not before the budget allows the visible tab's redraw (its slowest so
+        far, or the first guess): live_s + cost <= budget * (time attached + cost)."""
+        if now < self._next_allowed:
+            return False
+        cost = self._cost[self.current_tab]
+        if self.stats["live_s"] + cost > self.budget * (now - self._attached_at + cost):
+            self._next_allowed = max(now + 0.05,
+                                     self._attached_at + (self.stats["live_s"] + cost) / self.budget - cost)
+            return False
+        return True
+
+    def _look(self, e: ev.Event) -> None:
+        """A LIVE_KINDS event handed over late (any thread, in the op run's hand-over): once a
+        redraw may be due, watch LIVE_KINDS at once (_on_event) until the main thread emits one."""
+        if time.perf_counter() < self._next_allowed or self._awake is not None or self._live_handle is None:
+            return
+        self._awake = ev.subscribe(self._on_event, LIVE_KINDS, stamps=False)
+
     def _on_event(self, e: ev.Event) -> None:
-        """A LIVE_KINDS event, already in the log: redraw the visible tab if one is due."""
-        if type(e) is ev.MarkStep and self._live_kinds is LIVE_KINDS and self._live_handle is not None:
-            self._live_handle.remove()      # steps are marked: watch them, not every launch
-            self._live_kinds = STEP_LIVE_KINDS
-            self._live_handle = ev.subscribe(self._on_event, STEP_LIVE_KINDS)
-        now = time.perf_counter()
-        if now < self._next_allowed or threading.current_thread() is not threading.main_thread():
+        """A LIVE_KINDS event, at once, already in the log, while a redraw may be due: redraw the
+        visible tab if the budget allows, on the main thread only; then look again late."""
+        if threading.current_thread() is not threading.main_thread():
             return                          # never draw on the device's worker thread
-        tab = self.current_tab
-        guess = self._cost[tab]
-        if self.stats["live_s"] + guess > self.budget * (now - self._attached_at + guess):
-            self._next_allowed = now + 0.05  # over budget: look again a little later
+        now = time.perf_counter()
+        due = self._due(now)
+        if due:
+            self._next_allowed = now + self.min_interval    # no second wake while drawing
+        h, self._awake = self._awake, None
+        if h is not None:
+            h.remove()
+        if not due:
             return
         self._dirty = set(TABS)
         self._live_now = True
         try:
-            self.refresh([tab])
+            self.refresh([self.current_tab])
         finally:
             self._live_now = False
         self.stats["live_refreshes"] += 1
