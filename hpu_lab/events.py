@@ -1084,9 +1084,8 @@ class Recorder:
         the thread-clock reading this stamp took, if it took one.
 
         The baseline is refreshed with every thread-clock reading a stamp takes, and a stamp takes
-        one when either is due: so both fall due together, about once a millisecond, and the op
-        run (_open_run) is closed once a millisecond for both, not once for each (16 against ~8
-        dues in a 6 ms training step)."""
+        one when either is due: so both fall due together, once every CPU_READ_NS, and the op run
+        (_open_run) is closed once a period for both, not once for each."""
         c = None                                    # a thread-clock reading taken just now
         if mark is not None or t - clock.runq_at > CPU_READ_NS:
             if mark is None:                        # due during the observers (rare): read now

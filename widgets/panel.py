@@ -5,13 +5,14 @@ and table comes from the pure views (graph_view, timeline, recompiles, metrics_v
 
 Live updates: while attached, each event is appended to the panel's ``EventLog`` (by ``list.append``
 itself, as a bare Collector does; op events a run at a time, kept as the run until the events are
-read: events.OpRun). It looks at the events of ``LIVE_KINDS`` (a few a step) late, when their op run
-is handed over (``_look``); once a redraw may be due it takes them at once, and at the next one on the
-main thread (``_on_event``) redraws the *visible* tab when (1) at least ``min_interval`` seconds
-passed since the last redraw and (2) the time spent redrawing, counting the redraw about to happen (estimated from the
-slowest redraw of that tab so far), stays within ``budget`` (BUDGET: 2%) of the time the section has
-run. So the overhead is bounded from the first redraw on: with a first guess of 0.25 s per redraw, a
-loop sees its first live redraw after ~12 s, short cells only the final panel. (The budget was 5%:
+read: events.OpRun). It looks at the events of ``LIVE_KINDS`` (a few a step) late, when their op
+run is handed over (``_look``); once a redraw may be due it takes them at once, and at the next one
+on the main thread (``_on_event``) redraws the *visible* tab when (1) at least ``min_interval``
+seconds passed since the last redraw and (2) the time spent redrawing, counting the redraw about to
+happen (estimated from the slowest redraw of that tab so far), stays within ``budget`` (BUDGET: 2%)
+of the time the section has run. So the overhead is bounded from the first redraw on: with a first
+guess of 0.25 s per redraw, a loop sees its first live redraw after ~12 s, short cells only the
+final panel. (The budget was 5%:
 a loop stretched past ~5 s by the load got a 0.25-0.5 s redraw, half of the 10% that observing a
 loop may cost in all, issue 14 point 5; see docs/gaudi_clock.md section 7.) ``panel.stats`` counts
 redraws and their time; ``overhead()`` = live redraw time / section time.
@@ -208,7 +209,7 @@ class SectionPanel:
         # Every event goes to the log as a bare Collector's does (list.append: no Python frame, so
         # the recorder's observer time stays short and the device thread's events run no panel
         # code); op events arrive in runs (events.op_accumulated), kept as one item a run until
-        # read. Whether a redraw is due is looked at on a few kinds of the user's thread only.
+        # read. Whether a redraw is due is looked at on a few kinds only (LIVE_KINDS, late).
         self._handle = ev.subscribe(self.log.add, runs=self.log.add)
         if live:
             self._live_handle = ev.subscribe(self._look, LIVE_KINDS, stamps=False, late=True)
