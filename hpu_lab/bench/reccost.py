@@ -14,9 +14,8 @@ waits (docs/gaudi_clock.md, section 7).
 
 How: ``sys.settrace`` with opcode events on the user's thread and the default stream's worker (the
 device thread; autograd's thread, which runs backward, is not counted: ~15,000 of the ~100,000 a
-step). Tracing makes
-the loop ~100x slower, and the recorder takes some paths by wall time (a thread-clock reading due
-every ``CPU_READ_NS``, a run-queue baseline every ``BLOCKED_MIN_NS``): while counting, those
+step). Tracing makes the loop 7-15x slower, and the recorder takes some paths by wall time (a
+thread-clock reading and a run-queue baseline due every ``CPU_READ_NS``): while counting, those
 thresholds are scaled by the measured slowdown, so that the paths are taken as often per step as
 in the untraced loop. The thresholds are put back afterwards. That is approximate: tracing slows the
 recorder's pure Python more than the loop's average, so the scaled count still overstates how often
