@@ -484,12 +484,9 @@ _pread_holding_gil = _gil_holding_pread()
 # it). Each reading closes the op run (a due: ~250 bytecodes, 20-130 us on this VM): every 1 ms it
 # was 6-8 in a 6 ms training step, ~4% of a recorded step's wall time.
 CPU_READ_NS = 2_000_000
-# The run-queue baseline a gap subtracts from its off-CPU time (Recorder.emit) is refreshed with the
-# thread-clock readings, as often: a gap then subtracts at most the run-queue delay of the last
-# CPU_READ_NS before it that was not its own (and only if the thread was off the CPU more than
-# RUNQ_SLACK_NS then: see below).
 
-# The run-queue baseline (a /proc read, ~5 us, 4-5 a training step) is not read again while the
+# The run-queue baseline a gap subtracts from its off-CPU time (Recorder.emit) is refreshed with the
+# thread-clock readings, as often. The baseline (a /proc read, ~5 us) is not read again while the
 # thread's clock shows it was off the CPU at most this long since the last read (wall time minus CPU
 # time: it cannot have waited for a core longer), which is most of the time on an idle machine and
 # ~40% of the 1 ms intervals at load 6. A gap then subtracts at most this much run-queue delay that
@@ -763,8 +760,13 @@ class Recorder:
                 c.last_user += t - prev
                 cpu += t - prev
         hc.cpu = cpu
-        seg = (base, hc.blocked, items)
-        _untrack(items)                      # see _hand_over
+        self._add_ready(base, hc.blocked, items)
+
+    def _add_ready(self, cpu: int, blocked: int, items: list) -> None:
+        """A settled segment (the host clock before its first stamp, and its stamps) for the next
+        hand-over; untracked by the cyclic collector, as the run it goes into (see _hand_over)."""
+        seg = (cpu, blocked, items)
+        _untrack(items)
         _untrack(seg)
         self._ready.append(seg)
 
@@ -1182,11 +1184,7 @@ class Recorder:
             clock.last_user = user
             base = hc.cpu
             hc.cpu = base + mine
-            items = [t, op, src, self.step, t - mine, clock]
-            seg = (base, hc.blocked, items)
-            _untrack(items)                  # see _hand_over
-            _untrack(seg)
-            self._ready.append(seg)
+            self._add_ready(base, hc.blocked, [t, op, src, self.step, t - mine, clock])
         self._after_observers(clock, t, _perf_ns(), user, mark)
         return True
 
