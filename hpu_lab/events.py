@@ -498,6 +498,18 @@ RUNQ_SLACK_NS = 100_000
 # are charged their exact CPU time, which costs a second thread-clock reading (~2 us on a VM).
 OBSERVER_EXACT_NS = 20_000
 
+# While every observer keeps op runs (an EventLog: a Collector, a panel) or takes its kinds late (the
+# global metrics, a panel's live check), no event is needed at once: host and device events go into
+# the run (emit), and the run is handed over when someone asks (flush: a panel's redraw, a
+# collector read, subscribe, remove), before an event some observer takes at once, and otherwise at
+# most this often (checked at a stamp that reads the thread clock: at least every CPU_READ_NS while
+# events flow), for the late observers (the panel's live check looks whether a redraw is due). A
+# hand-over costs 20-60 us in a training step (the run settled and built into an OpRun, the
+# observers called), and handing over before every device event and every stamp that read the
+# clock was ~4 of them a 5 ms step: the device thread's ~120 us a step held the interpreter lock
+# the user's thread waited for.
+HAND_OVER_NS = 20_000_000
+
 
 class _ThreadClock:
     """Per-thread counters behind the stamps: CPU time inside observers, and the run-queue delay."""
@@ -612,8 +624,9 @@ class OpRun:
             return self._made
 
     def host_events(self) -> list:
-        """The host events other than ops that went into the run (emit), in order, without building
-        the op events (a Launch the section's end waits for: widgets.recording)."""
+        """The events other than ops that went into the run (emit: host events, and device events
+        too), in order, without building the op events (the launches and executions a section's
+        end waits for: widgets.recording)."""
         made = self._made
         if made is not None:
             return [e for e in made if type(e) is not OpAccumulated]
@@ -654,7 +667,8 @@ def _build_ops(segments) -> list:
             if type(op) is not str:
                 if isinstance(op, Event):
                     d = op.__dict__
-                    d["cpu_ns"], d["blocked_ns"] = cpu, blocked     # frozen: set past __setattr__
+                    if d["lane"] == "host":          # a device event (emit) is not stamped
+                        d["cpu_ns"], d["blocked_ns"] = cpu, blocked     # frozen: set past __setattr__
                     untrack(op)
                     if tracked(d):
                         untrack(d)
@@ -716,6 +730,7 @@ class Recorder:
         # it never reaches an observer before the ops stamped before it. Reentrant: an observer may emit.
         self._handing = threading.RLock()
         self._handing_over = 0             # runs being handed over (nested: an observer emitted)
+        self._handed_at = 0                # when the latest hand-over began (HAND_OVER_NS)
 
     def _settle(self) -> None:
         """Add the op stamps kept since the last settle to the host clock (hc.lock held): each op's
@@ -934,7 +949,10 @@ class Recorder:
         if not everyone and not some:
             return
         if event.lane != "host":             # device events are re-timed by the model, not stamped
-            self._deliver(event, everyone, some)
+            if self._defer and type(event) not in self._kinds_now:
+                self._defer_device(event)
+            else:
+                self._deliver(event, everyone, some)
             return
         w0 = _perf_ns()
         if w0 < self._run_until and _get_ident() == self._run_ident:
@@ -1035,8 +1053,29 @@ class Recorder:
                     if off_cpu > BLOCKED_MIN_NS:
                         hc.blocked += off_cpu
             d["cpu_ns"], d["blocked_ns"] = hc.cpu, hc.blocked    # frozen: set past __setattr__
-        self._deliver(event, everyone, some)
+            defer = self._defer and type(event) not in self._kinds_now
+            if defer:
+                # stamped, into the run after the ops settled above (t == prev: _build_ops gives
+                # it these stamps again); handed over later (HAND_OVER_NS)
+                self._add_ready(hc.cpu, hc.blocked, [w0, event, "", 0, w0, clock])
+        if not defer:
+            self._deliver(event, everyone, some)
         self._after_observers(clock, start, _perf_ns(), user, mark)
+
+    def _defer_device(self, event: Event) -> None:
+        """A device event into the op run (emit; any thread: the device streams' workers), after
+        everything stamped before it, handed over with the run. It continues the chain of the op
+        stamped last (that op's stamp as its own t and prev, and its thread's clock), so that
+        _settle's sums over the chain are unchanged (they telescope: a stamp added mid-chain adds
+        its t - prev, 0, to the user's time and moves nothing between the observers' spans). Under
+        the host clock's lock: no settle may take the ops between reading the last and adding."""
+        with self._host.lock:
+            ops = self._ops
+            last = ops[-OP_FIELDS:]          # one C call: another thread may be adding an op
+            if last:
+                ops += (last[0], event, "", 0, last[0], last[-1])
+            else:
+                self._add_ready(0, 0, [0, event, "", 0, 0, None])
 
     def _deliver(self, event: Event, everyone: tuple, some: tuple) -> None:
         """Hand an event (stamped, if a host event) to its observers, after the op events stamped
@@ -1059,14 +1098,20 @@ class Recorder:
         the emit's own time charged to the observers. ``reopen``: open the thread's op run after
         it; within the open run (emit) it stays open as it is (_open_run would set what it holds)."""
         mine = start - last_end
+        defer = self._defer and type(event) not in self._kinds_now
         with hc.lock:
             self._catch_up(clock)
             clock.last_user += mine
             hc.cpu = cpu = hc.cpu + mine
             blocked = hc.blocked
+            if defer:                        # into the run, as in emit's long path
+                self._add_ready(cpu, blocked, [start, event, "", 0, start, clock])
         d = event.__dict__
         d["cpu_ns"], d["blocked_ns"] = cpu, blocked     # frozen: set past __setattr__
-        self._deliver(event, everyone, some)
+        if not defer:
+            self._deliver(event, everyone, some)
+        elif start - self._handed_at > HAND_OVER_NS:
+            self.flush()
         t = _perf_ns()
         if t - start >= OBSERVER_EXACT_NS or t - clock.runq_at > CPU_READ_NS:
             self._after_observers(clock, start, t, clock.last_user)
@@ -1088,6 +1133,9 @@ class Recorder:
         The baseline is refreshed with every thread-clock reading a stamp takes, and a stamp takes
         one when either is due: so both fall due together, once every CPU_READ_NS, and the op run
         (_open_run) is closed once a period for both, not once for each."""
+        if t - self._handed_at > HAND_OVER_NS and self._ready:
+            self.flush()                            # for the late observers (HAND_OVER_NS)
+            t = _perf_ns()
         c = None                                    # a thread-clock reading taken just now
         if mark is not None or t - clock.runq_at > CPU_READ_NS:
             if mark is None:                        # due during the observers (rare): read now
@@ -1200,6 +1248,7 @@ class Recorder:
                 self._handing_over -= 1
 
     def _hand_over(self) -> None:
+        self._handed_at = _perf_ns()
         with self._host.lock:
             self._settle()
             segments, self._ready = self._ready, []
@@ -1356,6 +1405,7 @@ class EventLog:
 
 
 def _read_log(self) -> list:
+    recorder.flush()                     # what is stamped but not yet handed over first
     return self.log.read()
 
 

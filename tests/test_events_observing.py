@@ -397,12 +397,12 @@ def test_an_op_due_for_a_thread_clock_reading_stays_in_the_run(monkeypatch):
     finally:
         h.remove()
     assert len(reads) >= 20                            # each op read the thread clock ...
-    assert [type(e) for e in singles] == [ev.MarkStep]  # ... and none came alone (the second
-    ops = [e for r in runs for e in r.events()]         # MarkStep went into the run: emit)
-    ops, last = ops[:20], ops[20:]
-    assert [type(e) for e in last] == [ev.MarkStep]
+    assert singles == []                               # ... and none came alone (nor did the
+    ops = [e for r in runs for e in r.events()]         # MarkSteps: they went into the run, emit)
+    first, ops, last = ops[0], ops[1:21], ops[21:]
+    assert [type(e) for e in (first, *last)] == [ev.MarkStep, ev.MarkStep]
     assert [e.op for e in ops] == ["aten::mul"] * 20
-    assert singles[0].cpu_ns <= ops[0].cpu_ns and all(a.cpu_ns <= b.cpu_ns for a, b in zip(ops, ops[1:]))
+    assert first.cpu_ns <= ops[0].cpu_ns and all(a.cpu_ns <= b.cpu_ns for a, b in zip(ops, ops[1:]))
     assert ops[-1].cpu_ns <= last[0].cpu_ns
 
 
@@ -648,8 +648,60 @@ def test_the_first_op_of_a_backward_pass_stays_in_the_run(step):
         h.remove()
     alone = [e for tid, e in singles if tid != main and type(e) is ev.OpAccumulated]
     assert not alone, [e.op for e in alone]
-    ops = [e for r in runs for e in r.events()]
+    ops = [e for r in runs for e in r.events() if e.lane == "host"]     # (device events go into runs too)
     assert len(ops) >= 3 * 40 and all(a.cpu_ns <= b.cpu_ns for a, b in zip(ops, ops[1:]))
+
+
+def _counting_hand_overs(monkeypatch) -> list:
+    """The threads that hand a run over, one entry a hand-over."""
+    handed, real = [], ev.Recorder._hand_over
+
+    def counted(self):
+        handed.append(threading.current_thread())
+        real(self)
+    monkeypatch.setattr(ev.Recorder, "_hand_over", counted)
+    return handed
+
+
+def test_device_events_go_into_the_run_and_the_device_thread_hands_nothing_over(step, monkeypatch):
+    """While every observer keeps op runs, a DeviceExecution goes into the run (emit) instead of
+    handing the run over on the device's worker thread (~60 us a launch in a training step, holding
+    the interpreter lock the user's thread waits for): each after its Launch, unstamped."""
+    handed = _counting_hand_overs(monkeypatch)
+    singles, runs = [], []
+    with ev.subscribe(singles.append, runs=runs.append):
+        _run(step, 3)
+    assert handed and all(t is threading.main_thread() for t in handed)
+    assert not [e for e in singles if type(e) is ev.DeviceExecution]
+    events = [e for r in runs for e in r.events()]
+    launched = {e.launch_id: i for i, e in enumerate(events) if type(e) is ev.Launch}
+    ran = {e.launch_id: i for i, e in enumerate(events) if type(e) is ev.DeviceExecution}
+    assert len(launched) >= 6 and launched.keys() <= ran.keys()
+    assert all(launched[k] < ran[k] for k in launched)
+    assert all(e.cpu_ns == -1 for e in events if e.lane != "host")
+    stamped = [e for e in events if e.lane == "host"]
+    assert all(a.cpu_ns <= b.cpu_ns for a, b in zip(stamped, stamped[1:]))
+
+
+def test_late_observers_get_their_events_while_a_loop_runs(step, monkeypatch):
+    """With every event going into the run, the run is handed over at most every HAND_OVER_NS
+    (20 ms) when nothing asks sooner (it was ~4 times a training step): a late observer (the
+    panel's live check, the metrics) still gets its events while a loop runs, not at its end."""
+    handed = _counting_hand_overs(monkeypatch)
+    seen = []
+    with ev.Collector():
+        with ev.subscribe(lambda e: seen.append(e), [ev.MarkStep], stamps=False, late=True):
+            del handed[:]
+            t0 = time.perf_counter_ns()
+            steps = 0
+            while time.perf_counter_ns() - t0 < 10 * ev.HAND_OVER_NS:
+                step()
+                steps += 1
+            during = len(seen)
+            took = time.perf_counter_ns() - t0
+            n = len(handed)
+    assert steps >= 5 and 0 < during < 2 * steps
+    assert n <= took // ev.HAND_OVER_NS + 2, (n, steps)
 
 
 def _mixed_workload(step):

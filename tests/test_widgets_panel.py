@@ -396,6 +396,10 @@ def test_live_redraws_start_after_12_s_of_a_loop_with_the_default_budget(monkeyp
     import types
     now = [100.0]
     monkeypatch.setattr(pn, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
+    # a few events stand for seconds of a loop: every stamp reads the thread clock and hands the
+    # run over (a loop: at least every 2 ms and every 20 ms, HAND_OVER_NS), for the panel to look at
+    monkeypatch.setattr(ev, "HAND_OVER_NS", 0)
+    monkeypatch.setattr(ev, "CPU_READ_NS", 0)
     p = widgets.SectionPanel("default budget")
     p.attach(live=True)
     src = host_bound_loop(steps=3)
@@ -455,10 +459,11 @@ def test_a_live_panel_keeps_every_event_and_looks_for_a_redraw_on_few(monkeypatc
     assert all(is_logged for _, is_logged in seen) and not woke
 
 
-def test_a_live_panel_wakes_to_redraw_on_the_main_thread_and_sleeps_again():
+def test_a_live_panel_wakes_to_redraw_on_the_main_thread_and_sleeps_again(monkeypatch):
     """Once a redraw may be due, the next LIVE_KINDS event handed over (on any thread) wakes the
     panel: it takes LIVE_KINDS at once until the main thread emits one, redraws there, and goes
     back to looking late: one redraw, and no observer left taking those kinds at once."""
+    monkeypatch.setattr(ev, "HAND_OVER_NS", 0)      # handed over at its stamp, not 20 ms later
     p = widgets.SectionPanel("", min_interval=0.0, budget=1.0)
     p.attach(live=True)
     mark = next(e for e in host_bound_loop(steps=2) if type(e) is ev.MarkStep)

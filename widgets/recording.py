@@ -93,8 +93,12 @@ def _await_device(events: list, timeout: float = 2.0) -> None:
     def complete() -> bool:
         launched, finished = set(), set()
         for e in list(events):
-            if type(e) is ev.OpRun:          # a Launch may have gone into an op run (events.emit)
-                launched.update(x.launch_id for x in e.host_events() if isinstance(x, ev.Launch))
+            if type(e) is ev.OpRun:          # launches and executions may have gone into an op run (events.emit)
+                for x in e.host_events():
+                    if isinstance(x, ev.Launch):
+                        launched.add(x.launch_id)
+                    elif isinstance(x, ev.DeviceExecution):
+                        finished.add(x.launch_id)
             elif isinstance(e, ev.Launch):
                 launched.add(e.launch_id)
             elif isinstance(e, ev.DeviceExecution):
