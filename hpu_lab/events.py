@@ -600,12 +600,13 @@ class OpRun:
     _build_lock = threading.Lock()
 
     def __init__(self, segments: list):
-        # [(cpu_ns before the first, blocked_ns, [t, op, src, step, prev, clock, t, op, ...])]
+        # [(cpu_ns before the first, blocked_ns, [t, op, src, step, prev, clock, cum, t, ...], lo, hi)]:
+        # the stamps items[lo:hi] (a segment may be a range of a longer list: Recorder._settle)
         self._segments = segments
         self._made = None
         n = 0
         for s in segments:
-            n += len(s[2])
+            n += s[4] - s[3]
         self._n = n // OP_FIELDS
 
     def __len__(self) -> int:
@@ -633,18 +634,21 @@ class OpRun:
         segments = self._segments
         if segments is None:                 # built meanwhile, on another thread
             return self.host_events()
-        return [x for _cpu, _blocked, items in segments for x in items[1::OP_FIELDS] if isinstance(x, Event)]
+        return [x for _cpu, _blocked, items, lo, hi in segments for x in items[lo + 1:hi:OP_FIELDS]
+                if isinstance(x, Event)]
 
     def __repr__(self) -> str:
         return f"<OpRun of {self._n} events>"
 
 
-# An op stamp, kept flat in a list (six items an op, no tuple: a kept tuple would count towards the
+# An op stamp, kept flat in a list (seven items an op, no tuple: a kept tuple would count towards the
 # next garbage collection): its stamp t, op, src, step; prev, the wall time from which the user's CPU
-# time since the thread's previous stamp is counted (that stamp's end); the thread's _ThreadClock.
-# ``op`` is the op's name, or the op itself (named when the event is built), or a host event put
-# into the run by emit (stamped when built; src and step unused).
-OP_FIELDS = 6
+# time since the thread's previous stamp is counted (that stamp's end); the thread's _ThreadClock;
+# cum, a running sum of t - prev over the stamps added to ``Recorder._ops`` (each adds its own to
+# the previous one's), so that settling a range of them reads its ends, not every stamp (_settle).
+# ``op`` is the op's name, or the op itself (named when the event is built), or an event put
+# into the run by emit (a host event stamped when built; src and step unused).
+OP_FIELDS = 7
 
 
 def _op_name(op) -> str:
@@ -660,9 +664,9 @@ def _build_ops(segments) -> list:
     from .ops import op_name         # once a build, not once an op (an import statement is ~1 us)
     new, setter, untrack, tracked = object.__new__, object.__setattr__, _untrack, _is_tracked
     made = []
-    for cpu, blocked, items in segments:
-        it = iter(items)
-        for t, op, src, step, prev, _clock in zip(it, it, it, it, it, it):
+    for cpu, blocked, items, lo, hi in segments:
+        it = iter(items[lo:hi] if lo or hi != len(items) else items)
+        for t, op, src, step, prev, _clock, _cum in zip(it, it, it, it, it, it, it):
             cpu += t - prev
             if type(op) is not str:
                 if isinstance(op, Event):
@@ -707,12 +711,16 @@ class Recorder:
         self._kinds_now = frozenset()      # kinds some observer by kind takes at once
         self._kinds_late = frozenset()     # kinds only late observers by kind take
         self._gap_seen = -1                # the gap (host last_wall) whose end a thread has noted
-        # op events stamped but not yet settled (see op_accumulated): t, op, src, step, prev, clock
-        # (OP_FIELDS) an op, in order, ``prev`` the end of the thread's previous stamp; settled
-        # (added to the host clock) at the next stamp of any host event and on every flush
+        # op events stamped (see op_accumulated): t, op, src, step, prev, clock, cum (OP_FIELDS) an
+        # op, in order, ``prev`` the end of the thread's previous stamp; those from ``_settled`` on
+        # are settled (added to the host clock) at the next stamp of any host event and on every
+        # flush, and the list is emptied up to there at each hand-over (a settle neither copies nor
+        # deletes stamps: that touched every object of the run, ~20 us a settle in a training step)
         self._ops: list = []
-        # settled op stamps not yet handed to observers: [(cpu_ns before, blocked_ns, ops)]; any
-        # emit, subscribe, remove or flush() hands them over
+        self._settled = 0
+        self._run_cum = 0                  # the cum of the latest stamp added to _ops (OP_FIELDS)
+        # settled op stamps not yet handed to observers: [(cpu_ns before, blocked_ns, stamps, lo, hi)],
+        # the stamps stamps[lo:hi] (a range of _ops, or a list of their own); a hand-over takes them
         self._ready: list = []
         # op_accumulated's short path: open while ``_run_clock``'s thread (``_run_ident``) stamped
         # last, until ``_run_until`` (the thread clock or run-queue baseline due), for ops less than
@@ -739,35 +747,32 @@ class Recorder:
         The ops go to ``_ready`` for the next hand-over. May run on any thread (a device event
         hands the ops over); the thread that stamped them touches none of these counters meanwhile."""
         ops = self._ops
-        n = len(ops)
-        if not n:
+        n = len(ops)                         # whole stamps: one C call (+=) adds all of one, or none
+        lo = self._settled
+        if n == lo:
             return
-        # taken without replacing the list: the stamping thread may be adding an op right now (it
-        # holds no lock), and one C call (its +=) puts all of an op's fields in, or none
-        items = ops[:n]
-        del ops[:n]
+        # settled where they are: the stamping thread may be adding one right now (it holds no lock)
         hc = self._host
         cpu = base = hc.cpu
-        clocks = items[OP_FIELDS - 1::OP_FIELDS]
-        c = clocks[0]
-        if clocks.count(c) == len(clocks):
-            # one thread's run (nearly always): the same sums in C (sum over slices), not a Python
-            # loop an op (~0.12 against ~0.5 us an op): the user's time is sum(t - prev); the
-            # observers' the gaps from each op's stamp to the next op's prev
-            ts, prevs = items[0::OP_FIELDS], items[4::OP_FIELDS]
-            st, sp = sum(ts), sum(prevs)
-            mine = st - sp
-            obs = (sp - prevs[0]) - (st - ts[-1])
+        F = OP_FIELDS
+        c = ops[lo + 5]
+        if ops[n - 2] is c and ops[lo + 5:n:F].count(c) == (n - lo) // F:
+            # one thread's run (nearly always): the user's time is the sum of t - prev, read from
+            # the running sums (cum) at the range's ends; the observers' the gaps from each stamp
+            # to the next one's prev: from the first prev to the last t, less the user's time
+            t0, prev0, t1 = ops[lo], ops[lo + 4], ops[n - F]
+            mine = ops[n - 1] - ops[lo + 6] + t0 - prev0
+            obs = t1 - prev0 - mine
             o = c.open_t
             if o is not None:
-                obs += prevs[0] - o
+                obs += prev0 - o
             c.observers += obs
-            c.open_t = ts[-1]
+            c.open_t = t1
             c.last_user += mine
             cpu += mine
         else:
-            it = iter(items)
-            for t, _op, _src, _step, prev, c in zip(it, it, it, it, it, it):
+            it = iter(ops[lo:n])
+            for t, _op, _src, _step, prev, c, _cum in zip(it, it, it, it, it, it, it):
                 o = c.open_t
                 if o is not None:
                     c.observers += prev - o
@@ -775,15 +780,13 @@ class Recorder:
                 c.last_user += t - prev
                 cpu += t - prev
         hc.cpu = cpu
-        self._add_ready(base, hc.blocked, items)
+        self._settled = n
+        self._ready.append((base, hc.blocked, ops, lo, n))    # a range of _ops: taken at the hand-over
 
     def _add_ready(self, cpu: int, blocked: int, items: list) -> None:
-        """A settled segment (the host clock before its first stamp, and its stamps) for the next
-        hand-over; untracked by the cyclic collector, as the run it goes into (see _hand_over)."""
-        seg = (cpu, blocked, items)
-        _untrack(items)
-        _untrack(seg)
-        self._ready.append(seg)
+        """A settled segment of its own (the host clock before its first stamp, and its stamps) for
+        the next hand-over (which untracks it, with the run it goes into)."""
+        self._ready.append((cpu, blocked, items, 0, len(items)))
 
     def _catch_up(self, clock: "_ThreadClock") -> None:
         """Before reading or stamping ``clock`` (the calling thread's, hc.lock held): its last stamp
@@ -792,7 +795,7 @@ class Recorder:
         hc = self._host
         if hc.last_clock is clock:
             clock.last_end = hc.last_wall
-        if self._ops:
+        if len(self._ops) > self._settled:
             self._settle()
         o = clock.open_t
         if o is not None:
@@ -970,7 +973,8 @@ class Recorder:
                 # every observer of it keeps op runs (an EventLog) and takes every kind, or takes
                 # it late: it goes into the run like an op stamp, stamped when the run is settled,
                 # handed over in order with it (see op_accumulated and _hand_over)
-                self._ops += (start, event, "", 0, last, self._run_clock)
+                self._run_cum = cum = self._run_cum + start - last
+                self._ops += (start, event, "", 0, last, self._run_clock, cum)
                 hc.last_wall = _perf_ns()
                 return
             self._emit_short(event, everyone, some, hc, self._run_clock, last, start, reopen=False)
@@ -1057,7 +1061,7 @@ class Recorder:
             if defer:
                 # stamped, into the run after the ops settled above (t == prev: _build_ops gives
                 # it these stamps again); handed over later (HAND_OVER_NS)
-                self._add_ready(hc.cpu, hc.blocked, [w0, event, "", 0, w0, clock])
+                self._add_ready(hc.cpu, hc.blocked, [w0, event, "", 0, w0, clock, 0])
         if not defer:
             self._deliver(event, everyone, some)
         self._after_observers(clock, start, _perf_ns(), user, mark)
@@ -1071,11 +1075,11 @@ class Recorder:
         the host clock's lock: no settle may take the ops between reading the last and adding."""
         with self._host.lock:
             ops = self._ops
-            last = ops[-OP_FIELDS:]          # one C call: another thread may be adding an op
-            if last:
-                ops += (last[0], event, "", 0, last[0], last[-1])
+            if len(ops) > self._settled:     # (a settled stamp's chain is applied already)
+                last = ops[-OP_FIELDS:]      # one C call: another thread may be adding an op
+                ops += (last[0], event, "", 0, last[0], last[5], last[6])
             else:
-                self._add_ready(0, 0, [0, event, "", 0, 0, None])
+                self._add_ready(0, 0, [0, event, "", 0, 0, None, 0])
 
     def _deliver(self, event: Event, everyone: tuple, some: tuple) -> None:
         """Hand an event (stamped, if a host event) to its observers, after the op events stamped
@@ -1105,7 +1109,7 @@ class Recorder:
             hc.cpu = cpu = hc.cpu + mine
             blocked = hc.blocked
             if defer:                        # into the run, as in emit's long path
-                self._add_ready(cpu, blocked, [start, event, "", 0, start, clock])
+                self._add_ready(cpu, blocked, [start, event, "", 0, start, clock, 0])
         d = event.__dict__
         d["cpu_ns"], d["blocked_ns"] = cpu, blocked     # frozen: set past __setattr__
         if not defer:
@@ -1189,7 +1193,9 @@ class Recorder:
         # (``last_wall``): no gap to check (_open_run)
         if t < self._run_until and _get_ident() == self._run_ident:
             hc = self._host
-            self._ops += (t, op, src, self.step, hc.last_wall, self._run_clock)
+            last = hc.last_wall
+            self._run_cum = cum = self._run_cum + t - last
+            self._ops += (t, op, src, self.step, last, self._run_clock, cum)
             hc.last_wall = _perf_ns()
             return
         if self._run_until and t < self._run_due and _get_ident() == self._run_ident:
@@ -1198,7 +1204,9 @@ class Recorder:
             hc = self._host
             if 0 <= t - hc.last_wall < self._run_gap:
                 self._run_until = min(self._run_due, t + self._run_gap)
-                self._ops += (t, op, src, self.step, hc.last_wall, self._run_clock)
+                last = hc.last_wall
+                self._run_cum = cum = self._run_cum + t - last
+                self._ops += (t, op, src, self.step, last, self._run_clock, cum)
                 hc.last_wall = _perf_ns()
                 return
         if not self._op_due(t, op, src):
@@ -1232,7 +1240,7 @@ class Recorder:
             clock.last_user = user
             base = hc.cpu
             hc.cpu = base + mine
-            self._add_ready(base, hc.blocked, [t, op, src, self.step, t - mine, clock])
+            self._add_ready(base, hc.blocked, [t, op, src, self.step, t - mine, clock, 0])
         self._after_observers(clock, t, _perf_ns(), user, mark)
         return True
 
@@ -1252,8 +1260,22 @@ class Recorder:
         with self._host.lock:
             self._settle()
             segments, self._ready = self._ready, []
+            s = self._settled
+            taken = None
+            if s:
+                # the settled ranges of _ops, taken (one copy a hand-over) and left out of the list
+                ops = self._ops
+                taken = ops[:s]
+                del ops[:s]
+                self._settled = 0
+                _untrack(taken)
+                segments = [(x[0], x[1], taken, x[3], x[4]) if x[2] is ops else x for x in segments]
         if not segments:
             return
+        for x in segments:                   # here, together: one at a time, each cost ~5 us cold
+            _untrack(x)
+            if x[2] is not taken:
+                _untrack(x[2])
         observers = self._all + self._by_kind.get(OpAccumulated, ())
         if observers:
             # A log keeps every run (~2,400 in a 600-step loop, each a list of ~360 stamps): tracked,
@@ -1282,8 +1304,8 @@ class Recorder:
             # host events that went into the run (emit), to the late observers of their kinds
             # (unstamped: they need not wait for the run to be built)
             by_kind, is_late = self._by_kind, late.__contains__
-            for _cpu, _blocked, items in segments:
-                ops = items[1::OP_FIELDS]
+            for _cpu, _blocked, items, lo, hi in segments:
+                ops = items[lo + 1:hi:OP_FIELDS]
                 # picked out in C (a run holds ~60 ops for every few such events)
                 for x in itertools.compress(ops, map(is_late, map(type, ops))):
                     for fn in by_kind.get(type(x), ()):

@@ -15,12 +15,13 @@ waits (docs/gaudi_clock.md, section 7).
 How: ``sys.settrace`` with opcode events on the user's thread and the default stream's worker (the
 device thread; autograd's thread, which runs backward, is not counted: ~15,000 of the ~100,000 a
 step). Tracing makes the loop 7-15x slower, and the recorder takes some paths by wall time (a
-thread-clock reading and a run-queue baseline due every ``CPU_READ_NS``): while counting, those
-thresholds are scaled by the measured slowdown, so that the paths are taken as often per step as
-in the untraced loop. The thresholds are put back afterwards. That is approximate: tracing slows the
-recorder's pure Python more than the loop's average, so the scaled count still overstates how often
-a reading falls due (at session 9's code it counted ~120 dues a step against 16 untraced). ``dues()``
-counts them untraced, without tracing, and is the better guide to them.
+thread-clock reading and a run-queue baseline due every ``CPU_READ_NS``, a hand-over every
+``HAND_OVER_NS``): while counting, those thresholds are scaled by the measured slowdown, so that
+the paths are taken as often per step as in the untraced loop. The thresholds are put back
+afterwards. That is approximate: tracing slows the recorder's pure Python more than the loop's
+average, so the scaled count still overstates how often a reading falls due (at session 9's code
+it counted ~120 dues a step against 16 untraced). ``dues()`` counts them untraced, without
+tracing, and is the better guide to them.
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ import threading
 import time
 
 KINDS = ("plain", "collector", "panel")
-_SCALED = ("CPU_READ_NS", "BLOCKED_MIN_NS", "OBSERVER_EXACT_NS", "RUNQ_SLACK_NS")
+_SCALED = ("CPU_READ_NS", "BLOCKED_MIN_NS", "OBSERVER_EXACT_NS", "RUNQ_SLACK_NS", "HAND_OVER_NS")
 
 
 def _loop(batch: int):
