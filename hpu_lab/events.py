@@ -10,8 +10,10 @@ training step) are kept as flat stamps and handed over in runs, before the next 
 to ``subscribe`` takes a run in one call, one that passes ``runs=`` (an ``EventLog``: a Collector,
 a panel) keeps the run and builds its events only when its list is read. While every observer
 keeps runs or takes its kinds late (``subscribe(late=True)``: the global metrics, which hand the
-run over before they are read), the other host events go into the run too, stamped when it is
-settled (``emit``): a recorded training step then delivers ~2 of its ~75 events at once.
+run over before they are read), the other events go into the run too, host events stamped when it
+is settled, device events as they come (``emit``), and the run is handed over when someone asks
+(``flush``) or at most every ``HAND_OVER_NS`` (20 ms): in a recorded training loop no event is
+delivered at once, and a run is handed over once every few steps.
 
 Times are ``time.perf_counter_ns()`` from one monotonic clock. ``lane`` is ``"host"`` or
 ``"hpu:<stream>"``. ``step`` is the number of mark_steps seen so far when the event began.
