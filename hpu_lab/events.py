@@ -839,10 +839,10 @@ class Recorder:
         self._listening = (any(f not in stamped for f in self._all)
                            or any(f not in stamped for fs in self._by_kind.values() for f in fs))
         self.ops_wanted = bool(self._all) or bool(self._by_kind.get(OpAccumulated))
-        # a host event of a kind no observer subscribed to by kind may go into the op run (emit)
-        # when every observer of every kind keeps the runs themselves (an EventLog: a Collector, a
-        # panel): they then get it in order, in the run; an observer that wants its events one by
-        # one, or ops only, gets them as before
+        # an event (host or device) of a kind no observer subscribed to by kind may go into the op
+        # run (emit) when every observer of every kind keeps the runs themselves (an EventLog: a
+        # Collector, a panel): they then get it in order, in the run; an observer that wants its
+        # events one by one, or ops only, gets them as before
         self._defer = (bool(self._all) and all(f in self._runs for f in self._all)
                        and not self._by_kind.get(OpAccumulated))
         # ... and whose observers by kind, if any, are all late (subscribe(late=True)): the others'
