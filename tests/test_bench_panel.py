@@ -28,3 +28,44 @@ def test_overheads_are_paired_within_a_round():
     assert [round(x, 6) for x in o["wall"]] == [0.1, 0.0]
     assert [round(x, 6) for x in o["cpu"]] == [0.1, 0.25]
     assert [round(x, 6) for x in o["cell"]] == [0.3, 0.25]
+
+
+def _run(code, walls, steps=600, kinds=("plain", "section")):
+    rows = [{"plain": {"wall": 1.0, "cpu": 1.0, "main_cpu": 1.0},
+             "section": {"wall": w, "cpu": w, "main_cpu": w, "cell": w}} for w in walls]
+    return {"rows": rows, "first": rows[0], "steps": steps, "kinds": list(kinds), "code": code,
+            "load_before": [0.5, 0.5, 0.5], "load": [1.0, 1.0, 1.0]}
+
+
+def test_runs_of_one_commit_pool_into_one_interval():
+    """Two runs of the same commit report as one: the summaries over all their rounds."""
+    a, b = _run("abc123", [1.05, 1.09, 1.11]), _run("abc123", [1.07, 1.08, 1.10])
+    r = panel.pool([a, b])
+    assert len(r["rows"]) == 6 and r["runs"] == 2 and r["code"] == "abc123"
+    assert round(r["over"]["section"]["wall"]["median"], 6) == round((0.08 + 0.09) / 2, 6)
+
+
+def test_runs_of_different_or_uncommitted_code_do_not_pool():
+    import pytest
+    with pytest.raises(ValueError, match="different code"):
+        panel.pool([_run("abc123", [1.1]), _run("def456", [1.1])])
+    with pytest.raises(ValueError, match="different steps"):
+        panel.pool([_run("abc123", [1.1]), _run("abc123", [1.1], steps=300)])
+    with pytest.raises(ValueError, match="uncommitted"):
+        panel.pool([_run("abc123+dirty", [1.1]), _run("abc123+dirty", [1.1])])
+    with pytest.raises(ValueError, match="no commit recorded"):
+        panel.pool([_run("", [1.1])])
+
+
+def test_the_code_version_names_the_commit_and_a_dirty_tree(tmp_path):
+    import subprocess
+    assert panel.code_version(str(tmp_path)) == ""                 # not a checkout
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(git + ["init", "-q"], check=True)
+    (tmp_path / "f").write_text("1")
+    subprocess.run(git + ["add", "f"], check=True)
+    subprocess.run(git + ["commit", "-q", "-m", "x"], check=True)
+    head = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    assert panel.code_version(str(tmp_path)) == head
+    (tmp_path / "f").write_text("2")
+    assert panel.code_version(str(tmp_path)) == head + "+dirty"

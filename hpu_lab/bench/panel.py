@@ -17,6 +17,8 @@ The method (so that it can decide, on a VM whose rounds spread over tens of poin
 - Wall time is what a learner waits for; the kernel process's CPU time (every thread: the user's,
   the emulator's device thread, autograd's, the kernel's own) and the main thread's CPU time are
   reported beside it, with the same statistics: they are steadier on a loaded machine.
+- Runs of the same committed code can be pooled (``--pool``: each run's ``--json`` file records
+  the commit it measured): more rounds narrow the interval where one run's cannot.
 - An optional third kind, ``recording`` (a bare ``events.Collector``: every event kept, no
   panel), splits the section's overhead into what recording at all costs and what the panel adds.
 
@@ -32,6 +34,7 @@ import json
 import os
 import random
 import statistics
+import subprocess
 
 TARGET = 0.10
 KINDS = ("plain", "section", "recording")
@@ -138,6 +141,41 @@ def overheads(rows, kind: str) -> dict:
     return out
 
 
+def code_version(root: str) -> str:
+    """The commit the working tree at ``root`` is, with ``+dirty`` if tracked files differ from it;
+    "" outside a git checkout."""
+    try:
+        head = subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=30)
+        if head.returncode != 0:
+            return ""
+        dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return head.stdout.strip() + ("+dirty" if dirty else "")
+
+
+def pool(results: list) -> dict:
+    """The rounds of several runs (``measure`` results, or their ``--json`` files) as one result,
+    its summaries recomputed over all of them. Only runs of the same committed code, loop length
+    and kinds of loop pool: a ValueError names what differs."""
+    if not results:
+        raise ValueError("nothing to pool")
+    first = results[0]
+    for r in results[1:]:
+        for key in ("code", "steps", "kinds"):
+            if r.get(key) != first.get(key):
+                raise ValueError(f"cannot pool runs with different {key}: {first.get(key)!r} and {r.get(key)!r}")
+    code = first.get("code") or ""
+    if not code or code.endswith("+dirty"):
+        raise ValueError(f"cannot pool runs of unknown or uncommitted code ({code or 'no commit recorded'}): "
+                         "the rounds must all measure one commit")
+    rows = [row for r in results for row in r["rows"]]
+    over = {k: {m: summary(v) for m, v in overheads(rows, k).items()} for k in first["kinds"] if k != "plain"}
+    return {"rows": rows, "first": first["first"], "over": over, "steps": first["steps"], "kinds": first["kinds"],
+            "load_before": first["load_before"], "load": results[-1]["load"], "code": code, "runs": len(results)}
+
+
 def measure(steps: int = 600, rounds: int = 12, batch: int = 64, kinds=("plain", "section"),
             timeout: float = 600) -> dict:
     """``rounds`` paired rounds (after a first one, reported apart) of the ``kinds`` of loop in a
@@ -147,6 +185,7 @@ def measure(steps: int = 600, rounds: int = 12, batch: int = 64, kinds=("plain",
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
     load_before = os.getloadavg()
+    code = code_version(root)
     km, kc = start_new_kernel(kernel_name="python3", env=env)
     out = []
 
@@ -170,7 +209,7 @@ def measure(steps: int = 600, rounds: int = 12, batch: int = 64, kinds=("plain",
     first, rows = rows[0], rows[1:]
     over = {k: {m: summary(v) for m, v in overheads(rows, k).items()} for k in kinds if k != "plain"}
     return {"rows": rows, "first": first, "over": over, "steps": steps, "kinds": list(kinds),
-            "load_before": load_before, "load": os.getloadavg()}
+            "load_before": load_before, "load": os.getloadavg(), "code": code}
 
 
 def _pct(s: dict) -> str:
@@ -180,7 +219,10 @@ def _pct(s: dict) -> str:
 
 def report(r: dict) -> None:
     rows, n = r["rows"], len(r["rows"])
-    print(f"\n== Panel overhead: {r['steps']} seed-style MLP steps in a Jupyter kernel, {n} paired rounds (ABBA) ==")
+    runs = f" of {r['runs']} runs pooled" if r.get("runs", 1) > 1 else ""
+    print(f"\n== Panel overhead: {r['steps']} seed-style MLP steps in a Jupyter kernel, {n} paired rounds (ABBA){runs} ==")
+    if r.get("code"):
+        print(f"code: {r['code']}")
     med = {k: {m: statistics.median(x[k][m] for x in rows) for m in ("wall", "cpu", "main_cpu")} for k in r["kinds"]}
     for k in r["kinds"]:
         print(f"{k:9s} loop: median wall {med[k]['wall']:5.2f} s, process CPU {med[k]['cpu']:5.2f} s, "
@@ -217,7 +259,20 @@ def main(argv=None) -> dict:
     p.add_argument("--rounds", type=int, default=12, help="paired rounds after the first (default 12)")
     p.add_argument("--recording", action="store_true", help="also a loop inside a bare events.Collector")
     p.add_argument("--json", help="write the rows and summaries to this file")
+    p.add_argument("--pool", nargs="+", metavar="JSON",
+                   help="measure nothing: report the rounds of these --json files (runs of one commit) as one")
     args = p.parse_args(argv if argv is not None else [])
+    if args.pool:
+        results = []
+        for path in args.pool:
+            with open(path) as f:
+                results.append(json.load(f))
+        try:
+            r = pool(results)
+        except ValueError as e:
+            p.error(str(e))                  # exits 2 with the reason
+        report(r)
+        return r
     kinds = ("plain", "section", "recording") if args.recording else ("plain", "section")
     try:
         r = measure(args.steps, args.rounds, kinds=kinds)
