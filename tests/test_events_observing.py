@@ -687,6 +687,65 @@ def test_a_settle_reads_a_runs_ends_and_moves_no_stamp():
     assert len(events) == 51 and [e.cpu_ns for e in events if e.lane == "host"][-1] == user
 
 
+def test_a_device_event_after_a_settled_stamp_charges_the_observers_nothing_again():
+    """A device event continues the chain of the op stamped last only while that op is not settled:
+    after a settle and a catch-up (which charged the op's bookkeeping to the observers, up to the
+    thread's last stamp), continuing it would reopen the chain and charge that span again."""
+    r = ev.Recorder()
+    r.subscribe(lambda e: None, runs=[].append)
+    clock = ev._ThreadClock(time.thread_time_ns())
+    clock.open_t = 100
+    r._ops += (200, "aten::add", "x.py:1", 0, 150, clock, 50)
+    r._host.last_clock, clock.last_end = None, 260
+    with r._host.lock:
+        r._catch_up(clock)                  # settles the op, then charges 200..260 to the observers
+    charged = clock.observers
+    assert charged == (150 - 100) + (260 - 200) and clock.open_t is None
+    r._defer_device(ev.DeviceExecution(0, 1, "hpu:0", 0, launch_id=1))
+    with r._host.lock:
+        r._catch_up(clock)
+    assert clock.observers == charged and clock.open_t is None and r._host.cpu == 50
+
+
+def test_threads_stamping_at_once_lose_and_repeat_no_event():
+    """Two user threads stamping ops and host events while a third emits device events, all into
+    the run (a Collector): every event arrives once, each thread's in its order, and the host
+    stamps never go back."""
+    n = 1500
+    go = threading.Barrier(3)
+
+    def user(name):
+        go.wait()
+        for i in range(n):
+            ev.op_accumulated(f"{name}{i}", "x.py:1")
+            if i % 50 == 0:
+                ev.emit(ev.MarkStep(ev.now(), ev.now(), "host", 0))
+
+    def device():
+        go.wait()
+        for i in range(n // 10):
+            ev.emit(ev.DeviceExecution(0, 1, "hpu:0", 0, launch_id=-(i + 1)))
+
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)                  # the interpreter lock changes hands all the time
+    try:
+        with ev.Collector() as c:
+            threads = [threading.Thread(target=user, args=(k,)) for k in "ab"] + [threading.Thread(target=device)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+    finally:
+        sys.setswitchinterval(switch)
+    events = c.events
+    for k in "ab":
+        assert [e.op for e in events if type(e) is ev.OpAccumulated and e.op[0] == k] == [f"{k}{i}" for i in range(n)]
+    assert sorted(-e.launch_id for e in events if type(e) is ev.DeviceExecution) == list(range(1, n // 10 + 1))
+    assert sum(type(e) is ev.MarkStep for e in events) == 2 * (n // 50)
+    host = [e for e in events if e.lane == "host"]
+    assert all(e.cpu_ns >= 0 for e in host) and all(a.cpu_ns <= b.cpu_ns for a, b in zip(host, host[1:]))
+
+
 def _counting_hand_overs(monkeypatch) -> list:
     """The threads that hand a run over, one entry a hand-over."""
     handed, real = [], ev.Recorder._hand_over
