@@ -746,8 +746,9 @@ class Recorder:
         """Add the op stamps kept since the last settle to the host clock (hc.lock held): each op's
         user time (since its thread's previous stamp) to the host lane's CPU time, and the previous
         op's bookkeeping (from its stamp to the end of op_accumulated) to its thread's observers.
-        The ops go to ``_ready`` for the next hand-over. May run on any thread (a device event
-        hands the ops over); the thread that stamped them touches none of these counters meanwhile."""
+        The ops go to ``_ready``, as a range of ``_ops``, for the next hand-over. May run on any
+        thread (another thread's stamp that reads its clock settles the ops before it); the thread
+        that stamped them touches none of these counters meanwhile."""
         ops = self._ops
         n = len(ops)                         # whole stamps: one C call (+=) adds all of one, or none
         lo = self._settled
@@ -1280,9 +1281,10 @@ class Recorder:
                 _untrack(x[2])
         observers = self._all + self._by_kind.get(OpAccumulated, ())
         if observers:
-            # A log keeps every run (~2,400 in a 600-step loop, each a list of ~360 stamps): tracked,
-            # the cyclic collector walked each list's items in the young collections the run went
-            # through, 20 ms a 3 s loop in a kernel (0.8 s over 40 rounds against 0.04 s plain).
+            # A log keeps every run as it came (each the stamps of up to HAND_OVER_NS of a loop):
+            # tracked, the cyclic collector walked each list's items in the young collections the
+            # run went through (when runs came ~4 a step: 20 ms a 3 s loop in a kernel, 0.8 s over
+            # 40 rounds against 0.04 s plain).
             # A run cannot be part of a reference cycle (its lists hold numbers, strings, ops,
             # thread clocks and untracked events, and nothing refers back to it but the log), so it
             # is untracked with its lists, as events are (_gc_untracker). Reference counting frees it.
