@@ -1194,26 +1194,22 @@ class Recorder:
         # clock or the run-queue baseline is due, and for ops less than a gap (BLOCKED_MIN_NS) apart:
         # below ``_run_until`` this op is less than one after the thread's latest stamp
         # (``last_wall``): no gap to check (_open_run)
-        if t < self._run_until and _get_ident() == self._run_ident:
-            hc = self._host
-            last = hc.last_wall
-            self._run_cum = cum = self._run_cum + t - last
-            self._ops += (t, op, src, self.step, last, self._run_clock, cum)
-            hc.last_wall = _perf_ns()
-            return
-        if self._run_until and t < self._run_due and _get_ident() == self._run_ident:
-            # only the gap bound passed (~once a millisecond): no gap if this op is less than one
-            # after the thread's latest stamp, and the run goes on, bounded from this op
-            hc = self._host
-            if 0 <= t - hc.last_wall < self._run_gap:
+        if t >= self._run_until or _get_ident() != self._run_ident:
+            if (self._run_until and t < self._run_due and _get_ident() == self._run_ident
+                    and 0 <= t - self._host.last_wall < self._run_gap):
+                # only the gap bound passed (~once a millisecond): no gap, as this op is less than
+                # one after the thread's latest stamp; the run goes on, bounded from this op
                 self._run_until = min(self._run_due, t + self._run_gap)
-                last = hc.last_wall
-                self._run_cum = cum = self._run_cum + t - last
-                self._ops += (t, op, src, self.step, last, self._run_clock, cum)
-                hc.last_wall = _perf_ns()
+            else:
+                if not self._op_due(t, op, src):
+                    self.emit(OpAccumulated(t, t, "host", self.step, op=op if type(op) is str else _op_name(op),
+                                            src=src))
                 return
-        if not self._op_due(t, op, src):
-            self.emit(OpAccumulated(t, t, "host", self.step, op=op if type(op) is str else _op_name(op), src=src))
+        hc = self._host
+        last = hc.last_wall
+        self._run_cum = cum = self._run_cum + t - last
+        self._ops += (t, op, src, self.step, last, self._run_clock, cum)
+        hc.last_wall = _perf_ns()
 
     def _op_due(self, t: int, op: str, src: str) -> bool:
         """An op of the thread that stamped last, with no gap, once its thread clock or run-queue
