@@ -482,8 +482,8 @@ _pread_holding_gil = _gil_holding_pread()
 # of a 600-step loop's 45,000 events). A reading at least every 2 ms (and after any gap of 1 ms, where
 # the blocked-time test needs it) keeps the host lane on CPU time: a stamp in between runs ahead of
 # the thread's CPU time by at most the time it spent off the CPU since the last reading (waiting for
-# the interpreter lock, preempted), and the next reading takes that back (the estimate waits for
-# it). Each reading closes the op run (a due: ~250 bytecodes, 20-130 us on this VM): every 1 ms it
+# the interpreter lock, preempted), and the next reading takes that back: what the credit ran ahead is
+# owed, paid out of the wall time credited next (_read, _credit). Each reading closes the op run (a due: ~250 bytecodes, 20-130 us on this VM): every 1 ms it
 # was 6-8 in a 6 ms training step, ~4% of a recorded step's wall time.
 CPU_READ_NS = 2_000_000
 
@@ -500,6 +500,13 @@ RUNQ_SLACK_NS = 100_000
 # are charged their exact CPU time, which costs a second thread-clock reading (~2 us on a VM).
 OBSERVER_EXACT_NS = 20_000
 
+# ... and a longer observer run that a stamp without a thread-clock reading led to (a hand-over of
+# the op run, 50-300 us in a training step) is still charged its wall time, up to this much: the
+# reading taken after it then tells how far the user's credit ran ahead before it (it cannot tell
+# both apart). Longer ones (a panel's redraw, which a loaded machine deschedules) get the CPU the
+# reading shows beyond the user's credit.
+OBSERVER_WALL_NS = 1_000_000
+
 # While every observer keeps op runs (an EventLog: a Collector, a panel) or takes its kinds late (the
 # global metrics, a panel's live check), no event is needed at once: host and device events go into
 # the run (emit), and the run is handed over when someone asks (flush: a panel's redraw, a
@@ -515,8 +522,8 @@ HAND_OVER_NS = 20_000_000
 
 class _ThreadClock:
     """Per-thread counters behind the stamps: CPU time inside observers, and the run-queue delay."""
-    __slots__ = ("observers", "last_user", "fd", "last_runq", "runq_at", "runq_mark", "gap_end", "read_at", "last_end",
-                 "cpu_clock", "runs_user_code", "ident", "open_t", "__weakref__")
+    __slots__ = ("observers", "last_user", "debt", "fd", "last_runq", "runq_at", "runq_mark", "gap_end", "read_at",
+                 "last_end", "cpu_clock", "runs_user_code", "ident", "open_t", "__weakref__")
 
     def __init__(self, cpu: int):
         # a thread Python did not start (autograd's device thread, which runs backward) runs no
@@ -531,7 +538,12 @@ class _ThreadClock:
         except (AttributeError, OSError):
             self.cpu_clock = None
         self.observers = 0           # CPU time spent inside observers, cumulative
-        self.last_user = cpu         # thread CPU minus observers at the previous stamp
+        self.last_user = cpu         # the user's CPU credited up to the previous stamp (monotone)
+        # how far the credit ran ahead of the thread's clock at its last reading: between readings a
+        # stamp credits the wall time since the previous one, off-CPU time included (a wait for the
+        # interpreter lock, a short sleep); the reading finds that out, and the wall time credited
+        # next pays it back first (Recorder._credit), so that the host lane keeps to CPU time
+        self.debt = 0
         try:                         # Linux: run-queue delay (waiting for a core is not blocking)
             self.fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
         except OSError:
@@ -564,7 +576,7 @@ class _ThreadClock:
         busy = 0
         if self.cpu_clock is not None:
             try:
-                busy += max(time.clock_gettime_ns(self.cpu_clock) - self.last_user - self.observers, 0)
+                busy += max(time.clock_gettime_ns(self.cpu_clock) - self.observers - (self.last_user - self.debt), 0)
             except OSError:          # the thread has ended
                 return 0
         return busy + max(self._runq() - self.last_runq, 0)
@@ -602,8 +614,9 @@ class OpRun:
     _build_lock = threading.Lock()
 
     def __init__(self, segments: list):
-        # [(cpu_ns before the first, blocked_ns, [t, op, src, step, prev, clock, cum, t, ...], lo, hi)]:
-        # the stamps items[lo:hi] (a segment may be a range of a longer list: Recorder._settle)
+        # [(cpu_ns before the first, blocked_ns, [t, op, src, step, prev, clock, cum, t, ...], lo, hi, debt)]:
+        # the stamps items[lo:hi] (a segment may be a range of a longer list: Recorder._settle), whose
+        # first wall time up to ``debt`` paid back what the thread's credit ran ahead (_credit)
         self._segments = segments
         self._made = None
         n = 0
@@ -636,7 +649,7 @@ class OpRun:
         segments = self._segments
         if segments is None:                 # built meanwhile, on another thread
             return self.host_events()
-        return [x for _cpu, _blocked, items, lo, hi in segments for x in items[lo + 1:hi:OP_FIELDS]
+        return [x for _cpu, _blocked, items, lo, hi, _debt in segments for x in items[lo + 1:hi:OP_FIELDS]
                 if isinstance(x, Event)]
 
     def __repr__(self) -> str:
@@ -666,10 +679,15 @@ def _build_ops(segments) -> list:
     from .ops import op_name         # once a build, not once an op (an import statement is ~1 us)
     new, setter, untrack, tracked = object.__new__, object.__setattr__, _untrack, _is_tracked
     made = []
-    for cpu, blocked, items, lo, hi in segments:
+    for cpu, blocked, items, lo, hi, debt in segments:
         it = iter(items[lo:hi] if lo or hi != len(items) else items)
         for t, op, src, step, prev, _clock, _cum in zip(it, it, it, it, it, it, it):
-            cpu += t - prev
+            d = t - prev
+            if debt:                         # as _settle credited the range
+                paid = min(d, debt)
+                debt -= paid
+                d -= paid
+            cpu += d
             if type(op) is not str:
                 if isinstance(op, Event):
                     d = op.__dict__
@@ -688,6 +706,29 @@ def _build_ops(segments) -> list:
             untrack(e)                       # see _gc_untracker; a dict display of untracked values
             made.append(e)                   # (numbers, strings, ()) is made untracked already
     return made
+
+
+def _credit(clock: _ThreadClock, wall: int) -> int:
+    """The user's CPU to credit ``clock``'s thread for ``wall`` ns since its previous stamp, taken
+    without reading its clock (hc.lock held): the wall time, less what is owed (``debt``)."""
+    debt = clock.debt
+    if not debt:
+        return wall
+    paid = min(wall, debt)
+    clock.debt = debt - paid
+    return wall - paid
+
+
+def _read(clock: _ThreadClock, exact: int) -> int:
+    """The user's CPU credited to ``clock``'s thread at a stamp that read its clock (``exact``: the
+    thread's CPU less the observers', hc.lock held): never below what was credited before (the
+    host lane's CPU only grows), and whatever the credit ran ahead of the clock is owed, to be paid
+    back out of the wall time credited next (_credit). Without that, the credit between readings
+    (the wall time, waits for the interpreter lock and short sleeps included) stayed credited: a
+    loop sleeping 0.3 ms between ops had 352 ms of host CPU for 104 ms of its thread's."""
+    user = clock.last_user if exact < clock.last_user else exact
+    clock.debt = user - exact
+    return user
 
 
 class Recorder:
@@ -771,33 +812,52 @@ class Recorder:
                 obs += prev0 - o
             c.observers += obs
             c.open_t = t1
+            debt = c.debt
+            if debt:                         # the run's first stamps pay it (_build_ops does the same)
+                paid = min(mine, debt)
+                c.debt = debt - paid
+                mine -= paid
             c.last_user += mine
             cpu += mine
+            self._ready.append((base, hc.blocked, ops, lo, n, debt))    # a range of _ops: taken at the hand-over
         else:
+            # stamps of several threads (rare): each credited against its own thread's debt, into a
+            # segment of its own whose stamps say what each was credited (t - prev)
+            items = []
             it = iter(ops[lo:n])
-            for t, _op, _src, _step, prev, c, _cum in zip(it, it, it, it, it, it, it):
+            for t, op, src, step, prev, c, _cum in zip(it, it, it, it, it, it, it):
                 o = c.open_t
                 if o is not None:
                     c.observers += prev - o
                 c.open_t = t
-                c.last_user += t - prev
-                cpu += t - prev
+                d = _credit(c, t - prev)
+                c.last_user += d
+                cpu += d
+                items += (t, op, src, step, t - d, c, 0)
+            self._ready.append((base, hc.blocked, items, 0, len(items), 0))
         hc.cpu = cpu
         self._settled = n
-        self._ready.append((base, hc.blocked, ops, lo, n))    # a range of _ops: taken at the hand-over
 
     def _add_ready(self, cpu: int, blocked: int, items: list) -> None:
-        """A settled segment of its own (the host clock before its first stamp, and its stamps) for
-        the next hand-over (which untracks it, with the run it goes into)."""
-        self._ready.append((cpu, blocked, items, 0, len(items)))
+        """A settled segment of its own (the host clock before its first stamp, and its stamps, each
+        credited t - prev) for the next hand-over (which untracks it, with the run it goes into)."""
+        self._ready.append((cpu, blocked, items, 0, len(items), 0))
 
     def _catch_up(self, clock: "_ThreadClock") -> None:
         """Before reading or stamping ``clock`` (the calling thread's, hc.lock held): its last stamp
         (an op's, kept only as the host clock's ``last_wall``), the op stamps settled, and this
         thread's latest op bookkeeping, up to its last stamp, charged to the observers."""
         hc = self._host
-        if hc.last_clock is clock:
+        last = hc.last_clock
+        if last is clock:
             clock.last_end = hc.last_wall
+        elif last is not None:
+            # another thread stamped last: its last stamp (an op's, perhaps) ends at last_wall, which
+            # this thread's stamps move on. Kept only there, its end was lost, and that thread's next
+            # catch-up charged its ops' bookkeeping from an older end: a negative charge to its
+            # observers, ~1 ms a training step on each of the user's and autograd's threads, which
+            # the next reading then credited to the user (the host lane ran ~25% over the CPU time)
+            last.last_end = hc.last_wall
         if len(self._ops) > self._settled:
             self._settle()
         o = clock.open_t
@@ -919,10 +979,10 @@ class Recorder:
                 except (OSError, TypeError):     # no CPU clock id, or the thread has ended
                     continue
                 if clock.runs_user_code:
-                    clock.last_user = cpu - clock.observers
+                    clock.last_user, clock.debt = cpu - clock.observers, 0
                     clock.last_end, clock.gap_end, clock.open_t = now, None, None
                 else:
-                    clock.last_user = max(clock.last_user, cpu - clock.observers)
+                    clock.last_user = _read(clock, cpu - clock.observers)
                 clock.read_at = 0                # its next stamp reads its clock
             if user_threads:
                 hc.last_wall, hc.last_clock = now, None
@@ -1023,14 +1083,15 @@ class Recorder:
                 # close to the previous stamp (less than a gap after it: the thread may have been
                 # blocked in a longer one): the thread ran user code since that emit returned (the
                 # wall time since then), without a thread-clock reading (a system call: 2-70 us here)
-                user = clock.last_user + (start - clock.last_end)
+                true_prev = clock.last_user - clock.debt
+                user = clock.last_user + _credit(clock, start - clock.last_end)
             else:
                 # read with the run-queue baseline, when either is due (_after_observers)
                 clock.read_at = w0
                 mark = (w0, thread_cpu())
-                # exact; never below a previous estimate (an estimate that ran ahead waits for it)
-                user = max(mark[1] - clock.observers - (w0 - start), clock.last_user)
-            mine = user - clock.last_user        # this thread's own CPU since its previous stamp
+                true_prev = clock.last_user - clock.debt     # the thread's clock at its previous stamp
+                user = _read(clock, mark[1] - clock.observers - (w0 - start))
+            mine = user - clock.last_user        # credited to this thread since its previous stamp
             clock.last_user = user
             ge, clock.gap_end = clock.gap_end, None
             hc.cpu += mine
@@ -1039,13 +1100,15 @@ class Recorder:
                 if ge is not None and ge[1] == hc.last_wall and ge[0] <= event.t_start:
                     # the gap ended where now() noted it: CPU and run-queue delay up to there only
                     # (the previous stamp's CPU may be an estimate that ran ahead: never below 0)
-                    off_cpu = ge[0] - hc.last_wall - max(ge[2] - (user - mine), 0)
+                    off_cpu = ge[0] - hc.last_wall - max(ge[2] - true_prev, 0)
                     runq = max(ge[3] - clock.last_runq, 0)
                     clock.last_runq = ge[3]
                     clock.waited_for_core()      # the rest (inside the event) is not a gap's
                     gap_end = ge[0]
                 else:
-                    off_cpu = gap - mine
+                    # the thread's own CPU in the gap, by its clock (not what was credited: a credit
+                    # that ran ahead before the gap is paid back out of it)
+                    off_cpu = gap - (user - clock.debt - true_prev)
                     runq = clock.waited_for_core() if off_cpu > BLOCKED_MIN_NS else 0
                     gap_end = event.t_start
                 if off_cpu > BLOCKED_MIN_NS:
@@ -1104,10 +1167,10 @@ class Recorder:
         previous stamp (``last_end``) taken as the wall time up to ``start``, the event delivered,
         the emit's own time charged to the observers. ``reopen``: open the thread's op run after
         it; within the open run (emit) it stays open as it is (_open_run would set what it holds)."""
-        mine = start - last_end
         defer = self._defer and type(event) not in self._kinds_now
         with hc.lock:
             self._catch_up(clock)
+            mine = _credit(clock, start - last_end)
             clock.last_user += mine
             hc.cpu = cpu = hc.cpu + mine
             blocked = hc.blocked
@@ -1163,11 +1226,21 @@ class Recorder:
             if t - start < OBSERVER_EXACT_NS:
                 clock.observers += t - start
             else:
-                # the clock read now: the user's CPU stays at ``user`` and this thread's clock is
-                # exact here, a reading the next stamp need not take again (before, it did, and on
-                # a VM where a due's own bookkeeping takes 20-130 us every due made the next stamp
-                # due too: ~8 extra dues in a 6 ms training step)
-                clock.observers = (thread_cpu() if c is None else c) - user
+                # the clock read now, so this thread's clock is exact here, a reading the next stamp
+                # need not take again (before, it did, and on a VM where a due's own bookkeeping
+                # takes 20-130 us every due made the next stamp due too: ~8 extra dues in a 6 ms
+                # training step). One reading cannot split the CPU since ``start`` between the
+                # observers and a credit that ran ahead of the clock before it:
+                cpu = thread_cpu() if c is None else c
+                if mark is None and t - start < OBSERVER_WALL_NS:
+                    # the stamp read no clock and the observers' work was short (a hand-over): they
+                    # ran on the CPU, their wall time; what the credit ran ahead is owed (_read)
+                    clock.observers += t - start
+                    _read(clock, cpu - clock.observers)
+                else:
+                    # the stamp read the clock (the user's CPU there is known), or the observers ran
+                    # long (a panel's redraw, which a loaded machine deschedules): all the rest is theirs
+                    clock.observers = cpu - (user - clock.debt)
                 clock.read_at = t
         self._host.last_wall = clock.last_end = _perf_ns()
         self._host.last_clock = clock
@@ -1232,9 +1305,9 @@ class Recorder:
             if t - clock.read_at >= CPU_READ_NS or other or t - clock.runq_at > CPU_READ_NS:
                 w0 = clock.read_at = _perf_ns()
                 mark = (w0, thread_cpu())
-                user = max(mark[1] - clock.observers - (w0 - t), clock.last_user)
+                user = _read(clock, mark[1] - clock.observers - (w0 - t))
             else:
-                user = clock.last_user + (t - clock.last_end)
+                user = clock.last_user + _credit(clock, t - clock.last_end)
             mine = user - clock.last_user
             clock.last_user = user
             base = hc.cpu
@@ -1268,7 +1341,7 @@ class Recorder:
                 del ops[:s]
                 self._settled = 0
                 _untrack(taken)
-                segments = [(x[0], x[1], taken, x[3], x[4]) if x[2] is ops else x for x in segments]
+                segments = [(x[0], x[1], taken, x[3], x[4], x[5]) if x[2] is ops else x for x in segments]
         if not segments:
             return
         for x in segments:                   # here, together: one at a time, each cost ~5 us cold
@@ -1304,7 +1377,7 @@ class Recorder:
             # host events that went into the run (emit), to the late observers of their kinds
             # (unstamped: they need not wait for the run to be built)
             by_kind, is_late = self._by_kind, late.__contains__
-            for _cpu, _blocked, items, lo, hi in segments:
+            for _cpu, _blocked, items, lo, hi, _debt in segments:
                 ops = items[lo + 1:hi:OP_FIELDS]
                 # picked out in C (a run holds ~60 ops for every few such events)
                 for x in itertools.compress(ops, map(is_late, map(type, ops))):
@@ -1319,7 +1392,8 @@ class Recorder:
             if clock is not None:
                 self._catch_up(clock)
             c = thread_cpu()
-            mine = 0 if clock is None else c - clock.observers - clock.last_user
+            # (beyond what was credited already: a debt is paid first)
+            mine = 0 if clock is None else max(c - clock.observers - clock.last_user, 0)
             return self._host.cpu + mine, self._host.blocked
 
     def wait_for_device(self, done: threading.Event) -> None:

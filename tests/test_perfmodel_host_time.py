@@ -121,3 +121,57 @@ def test_a_real_wait_is_still_counted_while_the_device_runs():
         assert python < 0.25 * ran, (python, ran)      # the recipes' runs are not the worker's Python
     allowed = max(runq + python for _, _, runq, python in sleeps)
     assert all(w >= 29_000_000 - allowed for w in waits), (waits, sleeps)
+
+
+def _host_cpu(events) -> int:
+    """The host lane's CPU time over a recording: the last stamped host event's less the first's."""
+    stamped = [e for e in events if e.lane == "host" and e.cpu_ns >= 0]
+    return stamped[-1].cpu_ns - stamped[0].cpu_ns
+
+
+def test_short_sleeps_between_ops_are_not_host_cpu():
+    """Between two thread-clock readings (every CPU_READ_NS) a stamp credits the user the wall time
+    since the previous one; off the CPU meanwhile (a sleep shorter than a gap, a wait for the
+    interpreter lock), the credit runs ahead of the thread's clock, and the next reading must take
+    it back. It did not: a loop sleeping 0.3 ms between ops had 352 ms of host CPU for 104 ms of its
+    thread's. The host lane can never hold more CPU than the thread burnt."""
+    x = torch.ones(4, device=HPU)
+    for _ in range(5):
+        x = x + 1
+    with ev.Collector() as c:
+        c0 = time.thread_time_ns()
+        for _ in range(600):
+            x = x + 1
+            time.sleep(0.0003)
+        x = x + 1
+        burnt = time.thread_time_ns() - c0
+    host = _host_cpu(c.events)
+    assert len(c.of(ev.OpAccumulated)) >= 600
+    assert host <= 1.05 * burnt, (host, burnt)
+    assert host >= 0.3 * burnt, (host, burnt)    # (the rest: the recorder's own work, charged to it)
+
+
+def test_the_host_lane_of_a_training_loop_is_its_threads_cpu():
+    """The seed loop's host CPU comes from two threads: the user's and autograd's (backward). Each
+    hand-off between them must keep the end of the other's last stamp: kept only as the host
+    clock's latest stamp, it was lost, the other thread's next catch-up charged its observers a
+    negative time, and the next reading credited that to the user (the host lane ran 25-70% over
+    the two threads' CPU). Compared here: the host lane with the CPU the threads burnt meanwhile."""
+    step = seed_setup(64)[2]
+    for _ in range(3):
+        step()
+    torch.hpu.synchronize()
+    with no_cyclic_gc(), ev.Collector() as c:
+        step()                                   # autograd's thread gets its clock
+        torch.hpu.synchronize()
+        clocks = [k for k in list(ev.recorder._clocks) if k.cpu_clock is not None]
+        before = {k: time.clock_gettime_ns(k.cpu_clock) for k in clocks}
+        n0 = len(c.events)
+        for _ in range(20):
+            step()
+        torch.hpu.synchronize()
+        burnt = sum(time.clock_gettime_ns(k.cpu_clock) - t for k, t in before.items())
+    assert sum(not k.runs_user_code for k in clocks) >= 1           # autograd's thread stamped
+    host = _host_cpu(c.events[n0 - 1:])
+    assert host <= burnt + ev.CPU_READ_NS, (host, burnt)    # (the last stamps may run ahead of a reading)
+    assert host >= 0.6 * burnt, (host, burnt)    # the recorder's own work is charged to it, not the user
