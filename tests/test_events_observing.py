@@ -765,7 +765,10 @@ def test_device_events_go_into_the_run_and_the_device_thread_hands_nothing_over(
     singles, runs = [], []
     with ev.subscribe(singles.append, runs=runs.append):
         _run(step, 3)
-    assert handed and all(t is threading.main_thread() for t in handed)
+    # (the user's thread hands over; so may autograd's, when HAND_OVER_NS passed during backward:
+    # a slow run of the suite did. Never a device stream's worker.)
+    assert handed and not [t for t in handed if t.name.startswith("hpu_lab-")], handed
+    assert threading.main_thread() in handed
     assert not [e for e in singles if type(e) is ev.DeviceExecution]
     events = [e for r in runs for e in r.events()]
     launched = {e.launch_id: i for i, e in enumerate(events) if type(e) is ev.Launch}
