@@ -1237,10 +1237,13 @@ class Recorder:
                     # ran on the CPU, their wall time; what the credit ran ahead is owed (_read)
                     clock.observers += t - start
                     _read(clock, cpu - clock.observers)
-                else:
+                elif user - clock.debt <= cpu - clock.observers:
                     # the stamp read the clock (the user's CPU there is known), or the observers ran
                     # long (a panel's redraw, which a loaded machine deschedules): all the rest is theirs
                     clock.observers = cpu - (user - clock.debt)
+                else:
+                    # ... but never less than nothing: the credit ran ahead by more than that, owed
+                    _read(clock, cpu - clock.observers)
                 clock.read_at = t
         self._host.last_wall = clock.last_end = _perf_ns()
         self._host.last_clock = clock
