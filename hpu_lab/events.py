@@ -482,9 +482,10 @@ _pread_holding_gil = _gil_holding_pread()
 # of a 600-step loop's 45,000 events). A reading at least every 2 ms (and after any gap of 1 ms, where
 # the blocked-time test needs it) keeps the host lane on CPU time: a stamp in between runs ahead of
 # the thread's CPU time by at most the time it spent off the CPU since the last reading (waiting for
-# the interpreter lock, preempted), and the next reading takes that back: what the credit ran ahead is
-# owed, paid out of the wall time credited next (_read, _credit). Each reading closes the op run (a due: ~250 bytecodes, 20-130 us on this VM): every 1 ms it
-# was 6-8 in a 6 ms training step, ~4% of a recorded step's wall time.
+# the interpreter lock, preempted), and the next reading takes that back: what the credit ran ahead
+# is owed, paid out of the wall time credited next (_read, _credit). Each reading closes the op run
+# (a due: ~250 bytecodes, 20-130 us on this VM): every 1 ms it was 6-8 in a 6 ms training step, ~4%
+# of a recorded step's wall time.
 CPU_READ_NS = 2_000_000
 
 # The run-queue baseline a gap subtracts from its off-CPU time (Recorder.emit) is refreshed with the
@@ -682,12 +683,12 @@ def _build_ops(segments) -> list:
     for cpu, blocked, items, lo, hi, debt in segments:
         it = iter(items[lo:hi] if lo or hi != len(items) else items)
         for t, op, src, step, prev, _clock, _cum in zip(it, it, it, it, it, it, it):
-            d = t - prev
-            if debt:                         # as _settle credited the range
-                paid = min(d, debt)
+            got = t - prev                   # credited, as _settle credited the range: a debt first
+            if debt:
+                paid = min(got, debt)
                 debt -= paid
-                d -= paid
-            cpu += d
+                got -= paid
+            cpu += got
             if type(op) is not str:
                 if isinstance(op, Event):
                     d = op.__dict__

@@ -155,7 +155,7 @@ def test_the_host_lane_of_a_training_loop_is_its_threads_cpu():
     """The seed loop's host CPU comes from two threads: the user's and autograd's (backward). Each
     hand-off between them must keep the end of the other's last stamp: kept only as the host
     clock's latest stamp, it was lost, the other thread's next catch-up charged its observers a
-    negative time, and the next reading credited that to the user (the host lane ran 25-70% over
+    negative time, and the next reading credited that to the user (the host lane ran 24-35% over
     the two threads' CPU). Compared here: the host lane with the CPU the threads burnt meanwhile."""
     step = seed_setup(64)[2]
     for _ in range(3):
