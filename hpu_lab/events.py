@@ -520,6 +520,14 @@ OBSERVER_WALL_NS = 1_000_000
 # the user's thread waited for.
 HAND_OVER_NS = 20_000_000
 
+# Since session 12 that period only gives the late observers their events (Recorder._deliver_late):
+# the run itself is handed over when someone asks, before an event some observer takes at once, or
+# once this many stamp items (OP_FIELDS an op or event) are kept. A hand-over copies every stamp
+# out of the list and untracks its segments one C call each, proportional to the loop: timed in a
+# kernel, a loop without them ran 3.5% [-9.3, +0.6] faster than with one every 20 ms (40 rounds).
+# 2**20 items: ~150,000 ops, ~2,400 steps of the seed loop, 8 MB of list.
+KEPT_STAMPS_MAX = 1 << 20
+
 
 class _ThreadClock:
     """Per-thread counters behind the stamps: CPU time inside observers, and the run-queue delay."""
@@ -782,7 +790,10 @@ class Recorder:
         # it never reaches an observer before the ops stamped before it. Reentrant: an observer may emit.
         self._handing = threading.RLock()
         self._handing_over = 0             # runs being handed over (nested: an observer emitted)
-        self._handed_at = 0                # when the latest hand-over began (HAND_OVER_NS)
+        self._handed_at = 0                # when the late observers last got their events (HAND_OVER_NS)
+        # what they got: _ready's segments before _late_ready, _ops's items before _late_ops
+        self._late_ready = 0
+        self._late_ops = 0
 
     def _settle(self) -> None:
         """Add the op stamps kept since the last settle to the host clock (hc.lock held): each op's
@@ -1182,7 +1193,7 @@ class Recorder:
         if not defer:
             self._deliver(event, everyone, some)
         elif start - self._handed_at > HAND_OVER_NS:
-            self.flush()
+            self._deliver_late()
         t = _perf_ns()
         if t - start >= OBSERVER_EXACT_NS or t - clock.runq_at > CPU_READ_NS:
             self._after_observers(clock, start, t, clock.last_user)
@@ -1204,8 +1215,8 @@ class Recorder:
         The baseline is refreshed with every thread-clock reading a stamp takes, and a stamp takes
         one when either is due: so both fall due together, once every CPU_READ_NS, and the op run
         (_open_run) is closed once a period for both, not once for each."""
-        if t - self._handed_at > HAND_OVER_NS and self._ready:
-            self.flush()                            # for the late observers (HAND_OVER_NS)
+        if t - self._handed_at > HAND_OVER_NS:
+            self._deliver_late()                    # (HAND_OVER_NS)
             t = _perf_ns()
         c = None                                    # a thread-clock reading taken just now
         if mark is not None or t - clock.runq_at > CPU_READ_NS:
@@ -1331,14 +1342,63 @@ class Recorder:
             finally:
                 self._handing_over -= 1
 
+    def _deliver_late(self) -> None:
+        """Every HAND_OVER_NS while events flow: the late observers' events since they last got
+        theirs, without handing the run over (unless KEPT_STAMPS_MAX stamps are kept)."""
+        self._handed_at = _perf_ns()
+        if len(self._ops) > KEPT_STAMPS_MAX:
+            self.flush()
+            return
+        if not self._kinds_late:
+            return
+        with self._handing:
+            with self._host.lock:
+                parts = self._late_pending()
+            self._give_late(parts)
+
+    def _late_pending(self) -> list:
+        """(hc.lock held) The op slots the late observers have not seen: of the segments settled
+        since they last looked (in order), then of the stamps not settled yet; marked seen."""
+        F = OP_FIELDS
+        ops, ready, seen = self._ops, self._ready, self._late_ops
+        parts = []
+        for x in itertools.islice(ready, self._late_ready, None):
+            items, lo, hi = x[2], x[3], x[4]
+            if items is ops and lo < seen:   # (a range of _ops: its head was seen unsettled)
+                lo = seen
+            if lo < hi:
+                parts.append(items[lo + 1:hi:F])
+        n = len(ops)
+        lo = max(self._settled, seen)
+        if lo < n:
+            parts.append(ops[lo + 1:n:F])
+        self._late_ready, self._late_ops = len(ready), n
+        return parts
+
+    def _give_late(self, parts: list) -> None:
+        """The events among ``parts`` (op slots: ops, and the events that went into the run) to the
+        late observers of their kinds (unstamped: they need not wait for the run to be built)."""
+        late = self._kinds_late
+        if not late:
+            return
+        by_kind, is_late = self._by_kind, late.__contains__
+        for slots in parts:
+            # picked out in C (a run holds ~60 ops for every few such events)
+            for x in itertools.compress(slots, map(is_late, map(type, slots))):
+                for fn in by_kind.get(type(x), ()):
+                    fn(x)
+
     def _hand_over(self) -> None:
         self._handed_at = _perf_ns()
         with self._host.lock:
             self._settle()
+            parts = self._late_pending() if self._kinds_late else []
             segments, self._ready = self._ready, []
+            self._late_ready = 0
             s = self._settled
             taken = None
             if s:
+                self._late_ops = max(self._late_ops - s, 0)
                 # the settled ranges of _ops, taken (one copy a hand-over) and left out of the list
                 ops = self._ops
                 taken = ops[:s]
@@ -1347,6 +1407,7 @@ class Recorder:
                 _untrack(taken)
                 segments = [(x[0], x[1], taken, x[3], x[4], x[5]) if x[2] is ops else x for x in segments]
         if not segments:
+            self._give_late(parts)
             return
         for x in segments:                   # here, together: one at a time, each cost ~5 us cold
             _untrack(x)
@@ -1376,17 +1437,7 @@ class Recorder:
                 else:
                     for e in run.events():
                         fn(e)
-        late = self._kinds_late
-        if late:
-            # host events that went into the run (emit), to the late observers of their kinds
-            # (unstamped: they need not wait for the run to be built)
-            by_kind, is_late = self._by_kind, late.__contains__
-            for _cpu, _blocked, items, lo, hi, _debt in segments:
-                ops = items[lo + 1:hi:OP_FIELDS]
-                # picked out in C (a run holds ~60 ops for every few such events)
-                for x in itertools.compress(ops, map(is_late, map(type, ops))):
-                    for fn in by_kind.get(type(x), ()):
-                        fn(x)
+        self._give_late(parts)               # what the late observers had not got yet
 
     def host_clock(self) -> Tuple[int, int]:
         """(cpu_ns, blocked_ns) of the host lane now, on the scale of the stamps (includes the

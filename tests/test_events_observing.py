@@ -801,6 +801,41 @@ def test_late_observers_get_their_events_while_a_loop_runs(step, monkeypatch):
     assert n <= took // ev.HAND_OVER_NS + 2, (n, steps)
 
 
+def test_late_observers_get_each_event_once_in_order_while_the_run_stays_unhanded(step, monkeypatch):
+    """Every HAND_OVER_NS the late observers get the events they have not seen, without handing
+    the run over (a hand-over copies each stamp out and is proportional to the loop): during the
+    loop nothing is handed over, and the late observer sees each of its events once, in the
+    recording's order, the ones given while stamps were unsettled included."""
+    handed = _counting_hand_overs(monkeypatch)
+    seen = []
+    with ev.Collector() as c:
+        with ev.subscribe(seen.append, [ev.MarkStep, ev.Launch], stamps=False, late=True):
+            del handed[:]
+            t0 = time.perf_counter_ns()
+            while time.perf_counter_ns() - t0 < 5 * ev.HAND_OVER_NS:
+                step()
+            during, n = len(seen), len(handed)
+    assert n == 0 and during > 0
+    logged = [e for e in c.events if type(e) in (ev.MarkStep, ev.Launch)]
+    assert len({id(e) for e in seen}) == len(seen)
+    i = next(k for k, e in enumerate(logged) if e is seen[0])
+    assert all(a is b for a, b in zip(seen, logged[i:i + len(seen)])) and len(logged) - i >= len(seen)
+
+
+def test_a_long_recording_is_handed_over_when_its_stamps_pile_up(step, monkeypatch):
+    """Past KEPT_STAMPS_MAX kept stamp items, the late observers' turn hands the run over too; the
+    events and their order are the same as when it is handed over once at the end."""
+    def facts():
+        with ev.Collector() as c:
+            _run(step, 3)
+        return _facts(c.events)
+    once = facts()
+    handed = _counting_hand_overs(monkeypatch)
+    monkeypatch.setattr(ev, "HAND_OVER_NS", 0)
+    monkeypatch.setattr(ev, "KEPT_STAMPS_MAX", 0)
+    assert facts() == once and len(handed) > 3
+
+
 def _mixed_workload(step):
     """Lazy steps, host reads, a copy, a capture and its replays, a metric read mid-way."""
     from hpu_lab.graphs import HPUGraph
