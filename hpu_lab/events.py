@@ -12,8 +12,9 @@ a panel) keeps the run and builds its events only when its list is read. While e
 keeps runs or takes its kinds late (``subscribe(late=True)``: the global metrics, which hand the
 run over before they are read), the other events go into the run too, host events stamped when it
 is settled, device events as they come (``emit``), and the run is handed over when someone asks
-(``flush``) or at most every ``HAND_OVER_NS`` (20 ms): in a recorded training loop no event is
-delivered at once, and a run is handed over once every few steps.
+(``flush``) or once ``KEPT_STAMPS_MAX`` stamp items are kept; the late observers get their events
+every ``HAND_OVER_NS`` (20 ms) without a hand-over: in a recorded training loop no event is
+delivered at once, and a 600-step loop is handed over once, at its end.
 
 Times are ``time.perf_counter_ns()`` from one monotonic clock. ``lane`` is ``"host"`` or
 ``"hpu:<stream>"``. ``step`` is the number of mark_steps seen so far when the event began.
@@ -511,9 +512,10 @@ OBSERVER_WALL_NS = 1_000_000
 # While every observer keeps op runs (an EventLog: a Collector, a panel) or takes its kinds late (the
 # global metrics, a panel's live check), no event is needed at once: host and device events go into
 # the run (emit), and the run is handed over when someone asks (flush: a panel's redraw, a
-# collector read, subscribe, remove), before an event some observer takes at once, and otherwise at
-# most this often (checked at a stamp that reads the thread clock: at least every CPU_READ_NS while
-# events flow), for the late observers (the panel's live check looks whether a redraw is due). A
+# collector read, subscribe, remove), before an event some observer takes at once, and (until
+# session 12) otherwise at most this often (checked at a stamp that reads the thread clock: at least
+# every CPU_READ_NS while events flow), for the late observers (the panel's live check looks whether
+# a redraw is due). A
 # hand-over costs 20-60 us in a training step (the run settled and built into an OpRun, the
 # observers called), and handing over before every device event and every stamp that read the
 # clock was ~4 of them a 5 ms step: the device thread's ~120 us a step held the interpreter lock
