@@ -1394,7 +1394,9 @@ class Recorder:
         self._handed_at = _perf_ns()
         with self._host.lock:
             self._settle()
-            parts = self._late_pending() if self._kinds_late else []
+            # (marked seen even with no late observer: positions kept from before would skip the
+            # first events of one that subscribes later)
+            parts = self._late_pending()
             segments, self._ready = self._ready, []
             self._late_ready = 0
             s = self._settled
