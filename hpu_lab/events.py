@@ -826,11 +826,8 @@ class Recorder:
                 obs += prev0 - o
             c.observers += obs
             c.open_t = t1
-            debt = c.debt
-            if debt:                         # the run's first stamps pay it (_build_ops does the same)
-                paid = min(mine, debt)
-                c.debt = debt - paid
-                mine -= paid
+            debt = c.debt                    # the run's first stamps pay it (_build_ops does the same)
+            mine = _credit(c, mine)
             c.last_user += mine
             cpu += mine
             self._ready.append((base, hc.blocked, ops, lo, n, debt))    # a range of _ops: taken at the hand-over
@@ -1092,18 +1089,17 @@ class Recorder:
         mark = None                              # (wall, thread CPU) of a thread-clock reading now
         with hc.lock:
             self._catch_up(clock)
+            true_prev = clock.last_user - clock.debt     # the thread's clock at its previous stamp
             if (w0 - clock.read_at < CPU_READ_NS and w0 - clock.last_end <= BLOCKED_MIN_NS
                     and w0 - clock.runq_at <= CPU_READ_NS):
                 # close to the previous stamp (less than a gap after it: the thread may have been
                 # blocked in a longer one): the thread ran user code since that emit returned (the
                 # wall time since then), without a thread-clock reading (a system call: 2-70 us here)
-                true_prev = clock.last_user - clock.debt
                 user = clock.last_user + _credit(clock, start - clock.last_end)
             else:
                 # read with the run-queue baseline, when either is due (_after_observers)
                 clock.read_at = w0
                 mark = (w0, thread_cpu())
-                true_prev = clock.last_user - clock.debt     # the thread's clock at its previous stamp
                 user = _read(clock, mark[1] - clock.observers - (w0 - start))
             mine = user - clock.last_user        # credited to this thread since its previous stamp
             clock.last_user = user
@@ -1248,16 +1244,16 @@ class Recorder:
                 cpu = thread_cpu() if c is None else c
                 if mark is None and t - start < OBSERVER_WALL_NS:
                     # the stamp read no clock and the observers' work was short (a hand-over): they
-                    # ran on the CPU, their wall time; what the credit ran ahead is owed (_read)
+                    # ran on the CPU, their wall time
                     clock.observers += t - start
-                    _read(clock, cpu - clock.observers)
-                elif user - clock.debt <= cpu - clock.observers:
-                    # the stamp read the clock (the user's CPU there is known), or the observers ran
-                    # long (a panel's redraw, which a loaded machine deschedules): all the rest is theirs
-                    clock.observers = cpu - (user - clock.debt)
                 else:
-                    # ... but never less than nothing: the credit ran ahead by more than that, owed
-                    _read(clock, cpu - clock.observers)
+                    # the stamp read the clock (the user's CPU there is known), or the observers ran
+                    # long (a panel's redraw, which a loaded machine deschedules): all the rest is
+                    # theirs, but never less than nothing
+                    clock.observers = max(clock.observers, cpu - (user - clock.debt))
+                # what the credit ran ahead of the clock now is owed (nothing new, when the observers
+                # took all the rest: ``user`` is the credit at this stamp)
+                _read(clock, cpu - clock.observers)
                 clock.read_at = t
         self._host.last_wall = clock.last_end = _perf_ns()
         self._host.last_clock = clock
