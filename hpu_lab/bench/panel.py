@@ -141,6 +141,11 @@ def overheads(rows, kind: str) -> dict:
     return out
 
 
+def summaries(rows, kinds) -> dict:
+    """The summaries of each kind's paired overheads over the plain loop, per measure."""
+    return {k: {m: summary(v) for m, v in overheads(rows, k).items()} for k in kinds if k != "plain"}
+
+
 def code_version(root: str) -> str:
     """The commit the working tree at ``root`` is, with ``+dirty`` if tracked files differ from it;
     "" outside a git checkout."""
@@ -171,8 +176,7 @@ def pool(results: list) -> dict:
         raise ValueError(f"cannot pool runs of unknown or uncommitted code ({code or 'no commit recorded'}): "
                          "the rounds must all measure one commit")
     rows = [row for r in results for row in r["rows"]]
-    over = {k: {m: summary(v) for m, v in overheads(rows, k).items()} for k in first["kinds"] if k != "plain"}
-    return {"rows": rows, "first": first["first"], "over": over, "steps": first["steps"], "kinds": first["kinds"],
+    return {"rows": rows, "first": first["first"], "over": summaries(rows, first["kinds"]), "steps": first["steps"], "kinds": first["kinds"],
             "load_before": first["load_before"], "load": results[-1]["load"], "code": code, "runs": len(results)}
 
 
@@ -207,8 +211,7 @@ def measure(steps: int = 600, rounds: int = 12, batch: int = 64, kinds=("plain",
         kc.stop_channels()
         km.shutdown_kernel(now=True)
     first, rows = rows[0], rows[1:]
-    over = {k: {m: summary(v) for m, v in overheads(rows, k).items()} for k in kinds if k != "plain"}
-    return {"rows": rows, "first": first, "over": over, "steps": steps, "kinds": list(kinds),
+    return {"rows": rows, "first": first, "over": summaries(rows, kinds), "steps": steps, "kinds": list(kinds),
             "load_before": load_before, "load": os.getloadavg(), "code": code}
 
 
