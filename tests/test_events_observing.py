@@ -801,6 +801,29 @@ def test_late_observers_get_their_events_while_a_loop_runs(step, monkeypatch):
     assert n <= took // ev.HAND_OVER_NS + 2, (n, steps)
 
 
+def test_the_late_observers_turn_reads_only_the_segments_they_have_not_seen():
+    """Settled segments pile up in the run until it is handed over (once a loop, since session 12);
+    each turn of the late observers (every HAND_OVER_NS) takes the new ones only. It skipped the
+    seen ones one by one (islice): 140 us a turn at the end of a 600-step loop, 0.9% of its time."""
+    class Walked(list):
+        count = 0
+
+        def __iter__(self):
+            for x in list.__iter__(self):
+                Walked.count += 1
+                yield x
+
+    def segment():                       # one settled event, as _add_ready keeps it
+        return (0, 0, [1, ev.MarkStep(1, 1, "host", 0), "", 0, 1, None, 0], 0, ev.OP_FIELDS, 0)
+    rec = ev.Recorder()
+    rec._ready = Walked(segment() for _ in range(10_000))
+    rec._late_ready = len(rec._ready)    # seen at the previous turn
+    rec._ready.append(segment())
+    parts = rec._late_pending()
+    assert [type(x) for p in parts for x in p] == [ev.MarkStep]
+    assert Walked.count <= 1 and rec._late_ready == 10_001
+
+
 def test_late_observers_get_each_event_once_in_order_while_the_run_stays_unhanded(step, monkeypatch):
     """Every HAND_OVER_NS the late observers get the events they have not seen, without handing
     the run over (a hand-over copies each stamp out and is proportional to the loop): during the
