@@ -1216,6 +1216,7 @@ class Recorder:
         if t - self._handed_at > HAND_OVER_NS:
             self._deliver_late()                    # (HAND_OVER_NS)
             t = _perf_ns()
+        read = mark is not None                     # the stamp read the clock: the user's CPU is exact
         c = None                                    # a thread-clock reading taken just now
         if mark is not None or t - clock.runq_at > CPU_READ_NS:
             if mark is None:                        # due during the observers (rare): read now
@@ -1233,7 +1234,10 @@ class Recorder:
                 c = None                            # the read's own CPU is the observers' too
             t = _perf_ns()
         with self._host.lock:
-            if t - start < OBSERVER_EXACT_NS:
+            if t - start < OBSERVER_EXACT_NS or (read and t - start < OBSERVER_WALL_NS):
+                # short, or not long after a stamp that read the clock (a due: its own bookkeeping
+                # and run-queue read take 20-60 us, which asked a second reading ~4 times a step):
+                # the observers' wall time, as after a stamp that read none (below)
                 clock.observers += t - start
             else:
                 # the clock read now, so this thread's clock is exact here, a reading the next stamp
@@ -1247,9 +1251,9 @@ class Recorder:
                     # ran on the CPU, their wall time
                     clock.observers += t - start
                 else:
-                    # the stamp read the clock (the user's CPU there is known), or the observers ran
-                    # long (a panel's redraw, which a loaded machine deschedules): all the rest is
-                    # theirs, but never less than nothing
+                    # the observers ran long (a panel's redraw, which a loaded machine deschedules;
+                    # the user's CPU at the stamp known if it read the clock), or a reading fell due
+                    # during them: all the rest is theirs, but never less than nothing
                     clock.observers = max(clock.observers, cpu - (user - clock.debt))
                 # what the credit ran ahead of the clock now is owed (nothing new, when the observers
                 # took all the rest: ``user`` is the credit at this stamp)

@@ -633,6 +633,38 @@ def test_the_run_queue_baseline_is_read_again_only_after_time_off_the_cpu(monkey
         assert len(reads) <= 3, len(reads)        # the first baseline, then none (was: ~20)
 
 
+def test_a_stamp_that_read_the_clock_is_not_read_again_after_short_observers(monkeypatch):
+    """A due (a stamp that reads the thread clock) knows the user's CPU there; the observers' work
+    after it (here ~50 us: past OBSERVER_EXACT_NS) is charged its wall time, as after a stamp that
+    read none, without a second reading (before session 13: two readings a due, ~4 a step). The
+    user's CPU between the stamps still leaves the observers' time out."""
+    _spins_per_us()
+    t0, cpu0 = time.perf_counter_ns(), time.thread_time_ns()
+    calls = []
+
+    def clock():                                  # a thread on the CPU all the time (from its CPU
+        calls.append(sys._getframe(1).f_code.co_name)   # now: a recording starts from the real one)
+        return cpu0 + time.perf_counter_ns() - t0
+    monkeypatch.setattr(ev, "thread_cpu", clock)
+    monkeypatch.setattr(ev, "CPU_READ_NS", 0)     # every stamp reads the clock
+    cpu, user = [], []
+    h = ev.subscribe(lambda e: (cpu.append(e.cpu_ns), _busy(50_000)), kinds=[ev.MarkStep])
+    try:
+        for _ in range(20):
+            ev.emit(ev.MarkStep(ev.now(), ev.now(), "host", ev.recorder.step))
+            w = time.perf_counter_ns()
+            _busy(200_000)
+            user.append(time.perf_counter_ns() - w)
+    finally:
+        h.remove()
+    in_emit = [f for f in calls if f in ("emit", "_after_observers")]
+    assert in_emit.count("emit") >= 20 and in_emit.count("_after_observers") <= 1, in_emit
+    # the user's ~200 us a step (the faked clock is wall time: a busy machine stretches it, and
+    # the user's busy loop is timed), the observer's ~50 us left out
+    credited, worked = cpu[-1] - cpu[1], sum(user[1:-1])
+    assert 0.9 * worked <= credited <= worked + 18 * 30_000, (credited, worked)
+
+
 def test_the_first_op_of_a_backward_pass_stays_in_the_run(step):
     """Autograd's thread runs backward; its first op of each pass (another thread stamped last,
     its clock a step old) used to be built and handed to every observer alone, through emit's full
