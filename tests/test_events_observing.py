@@ -633,6 +633,33 @@ def test_the_run_queue_baseline_is_read_again_only_after_time_off_the_cpu(monkey
         assert len(reads) <= 3, len(reads)        # the first baseline, then none (was: ~20)
 
 
+def test_a_thread_often_off_the_cpu_reads_the_baseline_about_every_other_reading(monkeypatch):
+    """A training step's user thread is off the CPU ~350 us of every 2 ms (waiting for the
+    interpreter lock the device thread holds). It then waited for a core at most that long, so the
+    baseline holds until RUNQ_SLACK_NS (500 us) of such time has piled up: with 100 us of it a
+    millisecond (faked clock), about one baseline read every three readings, not one at each
+    (at a 100 us slack, as before session 13, every reading read it: 2.8 of ~21 us a step)."""
+    _spins_per_us()
+    t0 = time.perf_counter_ns()
+    monkeypatch.setattr(ev, "thread_cpu", lambda: (time.perf_counter_ns() - t0) * 9 // 10)
+    reads = []
+    pread = ev._pread_holding_gil
+
+    def counted(fd):
+        if sys._getframe(2).f_code.co_name == "_after_observers":
+            reads.append(1)
+        return pread(fd)
+    monkeypatch.setattr(ev, "_pread_holding_gil", counted)
+    with ev.Collector() as c:
+        w0 = time.perf_counter_ns()
+        for _ in range(300):                      # >= 30 ms of host events ~100 us apart, no gap
+            ev.emit(ev.MarkStep(ev.now(), ev.now(), "host", ev.recorder.step))
+            _busy(100_000)
+    due = (time.perf_counter_ns() - w0) // ev.CPU_READ_NS      # readings due over the loop
+    assert len(c.events) == 300 and due >= 10
+    assert len(reads) <= due // 2 + 1, (len(reads), due)
+
+
 def test_a_stamp_that_read_the_clock_is_not_read_again_after_short_observers(monkeypatch):
     """A due (a stamp that reads the thread clock) knows the user's CPU there; the observers' work
     after it (here ~50 us: past OBSERVER_EXACT_NS) is charged its wall time, as after a stamp that
