@@ -490,15 +490,14 @@ _pread_holding_gil = _gil_holding_pread()
 CPU_READ_NS = 2_000_000
 
 # The run-queue baseline a gap subtracts from its off-CPU time (Recorder.emit) is refreshed with the
-# thread-clock readings, as often. The baseline (a /proc read, ~5 us) is not read again while the
-# thread's clock shows it was off the CPU at most this long since the last read (wall time minus CPU
-# time: it cannot have waited for a core longer), which is most of the time on an idle machine and
-# ~40% of the 1 ms intervals at load 6. A gap then subtracts at most this much run-queue delay that
-# was not its own, against up to the run-queue delay of the last CPU_READ_NS before the gap anyway.
+# thread-clock readings, as often. The baseline (a /proc read: 1.7 us hot, ~21 us in place, 16 of
+# it the system call) is not read again while the thread's clock shows it was off the CPU at most
+# this long since the last read (wall time minus CPU time: it cannot have waited for a core longer).
+# A gap then subtracts at most this much run-queue delay that was not its own, against up to the
+# run-queue delay of the last CPU_READ_NS before the gap when the baseline is read at every reading.
 # 100 us until session 13: in a training step the user's thread is off the CPU ~350 us (median) of
 # every 2 ms, waiting for the interpreter lock the device thread holds, so the baseline was read at
-# nearly every reading (2.8 times a step, ~21 us each in place: the read is 16 us cold, 1.7 hot).
-# At 500 us it is read about every other reading; the bound stays below the other one.
+# nearly every reading (2.8 times a step); at 500 us, about every other reading (1.4 a step).
 RUNQ_SLACK_NS = 500_000
 
 # Observers that return within this much wall time are charged their wall time as their CPU time

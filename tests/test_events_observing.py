@@ -638,7 +638,8 @@ def test_a_thread_often_off_the_cpu_reads_the_baseline_about_every_other_reading
     interpreter lock the device thread holds). It then waited for a core at most that long, so the
     baseline holds until RUNQ_SLACK_NS (500 us) of such time has piled up: with 100 us of it a
     millisecond (faked clock), about one baseline read every three readings, not one at each
-    (at a 100 us slack, as before session 13, every reading read it: 2.8 of ~21 us a step)."""
+    (at a 100 us slack, as before session 13, every reading read it: 2.8 reads a step, ~21 us
+    each)."""
     _spins_per_us()
     t0 = time.perf_counter_ns()
     monkeypatch.setattr(ev, "thread_cpu", lambda: (time.perf_counter_ns() - t0) * 9 // 10)
