@@ -745,6 +745,24 @@ def _read(clock: _ThreadClock, exact: int) -> int:
     return user
 
 
+
+def _stamp_user(clock: _ThreadClock, t: int, read_at) -> tuple:
+    """(hc.lock held) The user's CPU credited to ``clock``'s thread at its stamp ``t``, and what
+    that adds since its previous stamp; ``clock.last_user`` moves there. ``read_at``: None to
+    credit the wall time since the previous stamp (``_credit``), or the wall time at which to read
+    the thread clock now (``_read``: its CPU there, less the observers' and the time since ``t``),
+    then also returned with the reading as the mark (wall, thread CPU); else the mark is None."""
+    if read_at is None:
+        mark = None
+        user = clock.last_user + _credit(clock, t - clock.last_end)
+    else:
+        clock.read_at = read_at
+        mark = (read_at, thread_cpu())
+        user = _read(clock, mark[1] - clock.observers - (read_at - t))
+    mine = user - clock.last_user
+    clock.last_user = user
+    return user, mine, mark
+
 class Recorder:
     """Process-wide, thread-safe fan-out of events to observers."""
 
@@ -1089,23 +1107,16 @@ class Recorder:
         if not clock.last_end <= start <= w0 or w0 - start >= OBSERVER_EXACT_NS:
             start = w0
         d = event.__dict__
-        mark = None                              # (wall, thread CPU) of a thread-clock reading now
         with hc.lock:
             self._catch_up(clock)
             true_prev = clock.last_user - clock.debt     # the thread's clock at its previous stamp
-            if (w0 - clock.read_at < CPU_READ_NS and w0 - clock.last_end <= BLOCKED_MIN_NS
-                    and w0 - clock.runq_at <= CPU_READ_NS):
-                # close to the previous stamp (less than a gap after it: the thread may have been
-                # blocked in a longer one): the thread ran user code since that emit returned (the
-                # wall time since then), without a thread-clock reading (a system call: 2-70 us here)
-                user = clock.last_user + _credit(clock, start - clock.last_end)
-            else:
-                # read with the run-queue baseline, when either is due (_after_observers)
-                clock.read_at = w0
-                mark = (w0, thread_cpu())
-                user = _read(clock, mark[1] - clock.observers - (w0 - start))
-            mine = user - clock.last_user        # credited to this thread since its previous stamp
-            clock.last_user = user
+            # close to the previous stamp (less than a gap after it: the thread may have been blocked
+            # in a longer one): the thread ran user code since that emit returned (the wall time since
+            # then), without a thread-clock reading (a system call: 2-70 us here); else read, with the
+            # run-queue baseline, when either is due (_after_observers)
+            close = (w0 - clock.read_at < CPU_READ_NS and w0 - clock.last_end <= BLOCKED_MIN_NS
+                     and w0 - clock.runq_at <= CPU_READ_NS)
+            user, mine, mark = _stamp_user(clock, start, None if close else w0)
             ge, clock.gap_end = clock.gap_end, None
             hc.cpu += mine
             gap = event.t_start - hc.last_wall
@@ -1319,17 +1330,10 @@ class Recorder:
         other = hc.last_clock is not clock
         if clock.runs_user_code and (not self._run_until or other or not 0 <= t - hc.last_wall < self._run_gap):
             return False
-        mark = None
         with hc.lock:
             self._catch_up(clock)
-            if t - clock.read_at >= CPU_READ_NS or other or t - clock.runq_at > CPU_READ_NS:
-                w0 = clock.read_at = _perf_ns()
-                mark = (w0, thread_cpu())
-                user = _read(clock, mark[1] - clock.observers - (w0 - t))
-            else:
-                user = clock.last_user + _credit(clock, t - clock.last_end)
-            mine = user - clock.last_user
-            clock.last_user = user
+            due = t - clock.read_at >= CPU_READ_NS or other or t - clock.runq_at > CPU_READ_NS
+            user, mine, mark = _stamp_user(clock, t, _perf_ns() if due else None)
             base = hc.cpu
             hc.cpu = base + mine
             self._add_ready(base, hc.blocked, [t, op, src, self.step, t - mine, clock, 0])
