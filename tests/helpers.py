@@ -2,6 +2,7 @@
 import contextlib
 import functools
 import gc
+import os
 
 import torch
 
@@ -43,6 +44,18 @@ def run_queue_ns() -> int:
     try:
         with open("/proc/thread-self/schedstat") as f:
             return int(f.read().split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def steal_ns() -> int:
+    """Time the hypervisor ran something else on this machine's virtual CPUs so far, summed over
+    them (Linux /proc/stat, in clock ticks: 10 ms grains; 0 elsewhere). A thread's CPU clock leaves
+    it out and its run-queue delay does not hold it, so a gap's stolen time looks like a wait."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+        return int(fields[8]) * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
     except (OSError, IndexError, ValueError):
         return 0
 
