@@ -407,6 +407,44 @@ def test_an_op_due_for_a_thread_clock_reading_stays_in_the_run(monkeypatch):
     assert ops[-1].cpu_ns <= last[0].cpu_ns
 
 
+def test_an_op_due_in_its_own_run_takes_its_reading_without_settling_the_run(monkeypatch):
+    """A due on an op of the thread whose run is open (~3 a 6 ms training step) reads the clock
+    and keeps the op in the run with the reading beside it: no settle, lock-and-segment work or
+    reopening on the loop's path (~55 us a due before, in place). The reading is applied when the
+    run is settled, in order: ops slept between were credited their wall time, and the reading
+    finds that the credit ran ahead (the sleeps), owed from then on, as when the due settled."""
+    monkeypatch.setattr(ev, "CPU_READ_NS", 10**15)
+    monkeypatch.setattr(ev, "BLOCKED_MIN_NS", 10**15)      # the sleeps are no gap: credited by wall
+    settles = []
+    settle = ev.Recorder._settle
+    monkeypatch.setattr(ev.Recorder, "_settle", lambda self: settles.append(1) or settle(self))
+    runs = []
+    h = ev.subscribe(lambda e: None, runs=runs.append)
+    try:
+        ev.emit(ev.MarkStep(ev.now(), ev.now(), "host", ev.recorder.step))
+        rec, clock = ev.recorder, ev.recorder._tls.clock
+        for _ in range(5):
+            time.sleep(0.002)
+            ev.op_accumulated("aten::add", "x.py:1")
+        clock.read_at = -10**15                          # the clock due on the next op
+        rec._run_until = rec._run_due = 1
+        before = len(settles)
+        ev.op_accumulated("aten::mul", "x.py:2")
+        assert len(settles) == before and len(rec._reads) == 1     # no settle on the loop's path
+        assert clock.read_at > 0 and rec._run_until > rec._run_due - ev.CPU_READ_NS
+        ev.op_accumulated("aten::add", "x.py:3")         # still in the run
+        ev.flush()
+        assert rec._reads == []
+        debt = clock.debt
+    finally:
+        h.remove()
+    ops = [e for r in runs for e in r.events() if type(e) is ev.OpAccumulated]
+    assert [e.src for e in ops] == ["x.py:1"] * 5 + ["x.py:2", "x.py:3"]
+    assert all(a.cpu_ns <= b.cpu_ns for a, b in zip(ops, ops[1:]))
+    # the reading took back what the wall-time credit ran ahead: ~10 ms slept
+    assert ops[5].cpu_ns == ops[4].cpu_ns and debt >= 8_000_000, debt
+
+
 def test_an_exact_reading_after_a_long_observer_is_the_next_stamps_reading(monkeypatch):
     """An emit whose bookkeeping took long (>= OBSERVER_EXACT_NS) reads the thread clock to charge
     it to the observers; the clock is then exact, and the next stamp does not read it again. It
