@@ -1092,12 +1092,16 @@ class Recorder:
                 self._deliver(event, everyone, some)
             return
         w0 = _perf_ns()
-        if w0 < self._run_until and _get_ident() == self._run_ident:
+        if _get_ident() == self._run_ident and (w0 < self._run_until or (
+                self._run_until and w0 < self._run_due and 0 <= w0 - self._host.last_wall < self._run_gap)):
             # this thread's op run is open (_open_run: a recording listens, nothing muted, this
             # thread stamped last, no gap noted, neither the thread clock nor the run-queue
             # baseline due): into the run, or emit's short path without its checks (~12 such
             # events a training step besides the ~60 op stamps; no gap to check: see
-            # op_accumulated, and the event started before w0)
+            # op_accumulated, and the event started before w0). Past the run's gap bound, an event
+            # less than a gap after the latest stamp is in it too, as an op is (op_accumulated):
+            # a graph's GraphBuilt, ~1 ms of tracing after the run opened, went emit's whole way
+            # (~0.6 a training step, ~40 us each)
             hc = self._host
             last = hc.last_wall
             start = event.t_end

@@ -445,6 +445,36 @@ def test_an_op_due_in_its_own_run_takes_its_reading_without_settling_the_run(mon
     assert ops[5].cpu_ns == ops[4].cpu_ns and debt >= 8_000_000, debt
 
 
+def test_an_event_past_the_runs_gap_bound_but_close_to_the_latest_stamp_goes_into_the_run(monkeypatch):
+    """The run's gap bound (_run_until) is set from the stamp that opened it; an op past it but
+    less than a gap after the latest stamp stays in the run (op_accumulated), and so does a host
+    event (a GraphBuilt ~1 ms of tracing after the run opened: ~0.6 a training step went emit's
+    whole way, a settle and a segment, ~40 us each)."""
+    monkeypatch.setattr(ev, "CPU_READ_NS", 10**15)
+    monkeypatch.setattr(ev, "BLOCKED_MIN_NS", 10**15)
+    calls = []
+    for name in ("_emit_short", "_settle"):
+        f = getattr(ev.Recorder, name)
+        monkeypatch.setattr(ev.Recorder, name, lambda self, *a, _f=f, _n=name, **k: calls.append(_n) or _f(self, *a, **k))
+    runs = []
+    h = ev.subscribe(lambda e: None, runs=runs.append)
+    try:
+        ev.emit(ev.MarkStep(ev.now(), ev.now(), "host", ev.recorder.step))
+        ev.op_accumulated("aten::add", "x.py:1")
+        rec = ev.recorder
+        rec._run_until = 1                               # the gap bound passed; the clock is not due
+        del calls[:]
+        ev.emit(ev.MarkStep(ev.now(), ev.now(), "host", rec.step))
+        assert calls == []                               # into the run: no settle, no short path
+        ev.op_accumulated("aten::mul", "x.py:2")
+        ev.flush()
+    finally:
+        h.remove()
+    got = [e for r in runs for e in r.events()]
+    assert [type(e).__name__ for e in got] == ["MarkStep", "OpAccumulated", "MarkStep", "OpAccumulated"]
+    assert all(a.cpu_ns <= b.cpu_ns for a, b in zip(got, got[1:]))
+
+
 def test_an_exact_reading_after_a_long_observer_is_the_next_stamps_reading(monkeypatch):
     """An emit whose bookkeeping took long (>= OBSERVER_EXACT_NS) reads the thread clock to charge
     it to the observers; the clock is then exact, and the next stamp does not read it again. It
