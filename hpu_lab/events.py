@@ -1393,8 +1393,9 @@ class Recorder:
         the run like the others with the reading beside it, and the run left open for the next
         CPU_READ_NS. The reading is applied when the run is settled (_settle_read): the ops before
         it credited by wall time first, exactly as _op_due credits them now, but without settling,
-        locking twice, building a segment and reopening the run here, on the loop's path (a
-        due cost ~55 us in a training step, ~3 of them a 6 ms step; this, ~10)."""
+        locking twice, building a segment and reopening the run here, on the loop's path (timed
+        in place, wrapped: a due 51-55 us before, ~3 of them a 6 ms training step; now 29-36 us,
+        ~10 us of it on average the run-queue read, ~20 us at about every other due)."""
         r = _perf_ns()
         cpu = thread_cpu()
         m = clock.runq_mark
