@@ -577,6 +577,19 @@ class _ThreadClock:
         except (OSError, IndexError, ValueError):
             return 0
 
+    def renew_runq(self, mark) -> bool:
+        """At a thread-clock reading ``mark`` (wall, thread CPU): the run-queue baseline read again
+        unless the thread was off the CPU at most RUNQ_SLACK_NS since it was read, so waited for a
+        core at most that long: the baseline still holds (a thread-clock reading, not a /proc read:
+        ~0.5 against ~21 us in place). (More CPU than wall time: not one clock; read.) True: read."""
+        m = self.runq_mark
+        w = mark[0]
+        self.runq_at = w
+        if m is not None and -RUNQ_SLACK_NS <= (w - m[0]) - (mark[1] - m[1]) <= RUNQ_SLACK_NS:
+            return False
+        self.last_runq, self.runq_mark = self._runq(), mark
+        return True
+
     def waited_for_core(self) -> int:
         """Run-queue delay since the last call (an upper bound for the latest gap)."""
         cur = self._runq()
@@ -860,7 +873,7 @@ class Recorder:
         hc = self._host
         base = hc.cpu
         hc.cpu = base + mine
-        self._ready.append((base, hc.blocked, [t, ops[k + 1], ops[k + 2], ops[k + 3], t - mine, c, 0], 0, OP_FIELDS, 0))
+        self._add_ready(base, hc.blocked, [t, ops[k + 1], ops[k + 2], ops[k + 3], t - mine, c, 0])
         self._settled = k + OP_FIELDS
 
     def _settle_to(self, n: int) -> None:
@@ -951,6 +964,13 @@ class Recorder:
         # the latest stamp: op_accumulated moves the bound on (a gap shorter than the reading period)
         self._run_due = due = min(clock.read_at + CPU_READ_NS, clock.runq_at + CPU_READ_NS + 1)
         self._run_until = min(due, clock.last_end + gap)
+
+    def _run_goes_on(self, t: int) -> bool:
+        """Past the op run's gap bound (``_run_until``, set from the stamp that opened it), ``t`` on
+        this thread is still in the run: neither the thread clock nor the baseline is due, and it is
+        less than a gap after the latest stamp (op_accumulated, emit; ~once a millisecond)."""
+        return bool(self._run_until and t < self._run_due and _get_ident() == self._run_ident
+                    and 0 <= t - self._host.last_wall < self._run_gap)
 
     def _gap_end(self, t: int) -> None:
         """now() on this thread, after a gap with no stamped host event: note where it ended."""
@@ -1092,8 +1112,7 @@ class Recorder:
                 self._deliver(event, everyone, some)
             return
         w0 = _perf_ns()
-        if _get_ident() == self._run_ident and (w0 < self._run_until or (
-                self._run_until and w0 < self._run_due and 0 <= w0 - self._host.last_wall < self._run_gap)):
+        if (w0 < self._run_until and _get_ident() == self._run_ident) or self._run_goes_on(w0):
             # this thread's op run is open (_open_run: a recording listens, nothing muted, this
             # thread stamped last, no gap noted, neither the thread clock nor the run-queue
             # baseline due): into the run, or emit's short path without its checks (~12 such
@@ -1279,15 +1298,7 @@ class Recorder:
             if mark is None:                        # due during the observers (rare): read now
                 c = thread_cpu()
                 mark = (t, c)
-            m = clock.runq_mark
-            w = mark[0]
-            if m is not None and -RUNQ_SLACK_NS <= (w - m[0]) - (mark[1] - m[1]) <= RUNQ_SLACK_NS:
-                # off the CPU at most RUNQ_SLACK_NS since the baseline was read, so it waited for a
-                # core at most that long: the baseline still holds (a thread-clock reading, not a
-                # /proc read: ~0.5 against ~5 us). (More CPU than wall time: not one clock; read.)
-                clock.runq_at = w
-            else:
-                clock.last_runq, clock.runq_at, clock.runq_mark = clock._runq(), w, mark
+            if clock.renew_runq(mark):
                 c = None                            # the read's own CPU is the observers' too
             t = _perf_ns()
         with self._host.lock:
@@ -1342,8 +1353,7 @@ class Recorder:
         # below ``_run_until`` this op is less than one after the thread's latest stamp
         # (``last_wall``): no gap to check (_open_run)
         if t >= self._run_until or _get_ident() != self._run_ident:
-            if (self._run_until and t < self._run_due and _get_ident() == self._run_ident
-                    and 0 <= t - self._host.last_wall < self._run_gap):
+            if self._run_goes_on(t):
                 # only the gap bound passed (~once a millisecond): no gap, as this op is less than
                 # one after the thread's latest stamp; the run goes on, bounded from this op
                 self._run_until = min(self._run_due, t + self._run_gap)
@@ -1398,11 +1408,8 @@ class Recorder:
         ~10 us of it on average the run-queue read, ~20 us at about every other due)."""
         r = _perf_ns()
         cpu = thread_cpu()
-        m = clock.runq_mark
-        if m is None or not -RUNQ_SLACK_NS <= (r - m[0]) - (cpu - m[1]) <= RUNQ_SLACK_NS:
-            # (as _after_observers: off the CPU more than RUNQ_SLACK_NS since the baseline was read)
-            clock.last_runq, clock.runq_mark = clock._runq(), (r, cpu)
-        clock.read_at = clock.runq_at = r
+        clock.renew_runq((r, cpu))
+        clock.read_at = r
         with hc.lock:                        # a settle (any thread) finds the reading with its stamp
             ops = self._ops
             self._reads.append((len(ops), r, cpu, clock.observers, clock))

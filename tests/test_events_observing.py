@@ -686,7 +686,7 @@ def test_the_run_queue_baseline_is_read_again_only_after_time_off_the_cpu(monkey
     pread = ev._pread_holding_gil
 
     def counted(fd):                              # the baseline's reads (a gap's end reads its own:
-        if sys._getframe(2).f_code.co_name == "_after_observers":   # a loaded machine makes gaps)
+        if sys._getframe(2).f_code.co_name == "renew_runq":   # a loaded machine makes gaps)
             reads.append(1)
         return pread(fd)
     monkeypatch.setattr(ev, "_pread_holding_gil", counted)
@@ -715,7 +715,7 @@ def test_a_thread_often_off_the_cpu_reads_the_baseline_about_every_other_reading
     pread = ev._pread_holding_gil
 
     def counted(fd):
-        if sys._getframe(2).f_code.co_name == "_after_observers":
+        if sys._getframe(2).f_code.co_name == "renew_runq":
             reads.append(1)
         return pread(fd)
     monkeypatch.setattr(ev, "_pread_holding_gil", counted)
