@@ -1044,3 +1044,84 @@ def test_host_events_in_the_op_run_reach_a_log_as_if_delivered_one_by_one(step):
     assert after["graph_launch"]["TotalNumber"] - before["graph_launch"]["TotalNumber"] == \
         sum(isinstance(e, ev.Launch) for e in deferred.events)
     assert after["hpu_graph"]["Replays"] - before["hpu_graph"]["Replays"] == 3
+
+
+def test_a_backward_pass_hands_the_run_to_autograd_and_back_without_settling(step, monkeypatch):
+    """Each backward pass hands the stamps to autograd's thread and back. Its first op, and the
+    user's first event after it (a graph's GraphBuilt), each came after another thread's stamps:
+    each settled the run, read the thread clock and reopened the run (in place, wrapped: ~65 and
+    ~50 us a training step, on the loop's wall time). Each now takes its reading into the run, as
+    a due does: autograd's thread settles nothing, and the readings are applied in order when the
+    run is settled. The user's thread slept in backward() while autograd's stamped: that is no
+    wait for a core, and its run-queue baseline is not read again for it."""
+    with ev.Collector():
+        _run(step, 1)                        # autograd's thread has a clock (made at its first stamp)
+    main = threading.get_ident()
+    settles, switched, asleep = [], [], []
+    settle, renew = ev.Recorder._settle, ev._ThreadClock.renew_runq
+    switch = getattr(ev.Recorder, "_switch_in_run", None)
+    monkeypatch.setattr(ev.Recorder, "_settle", lambda self: settles.append(threading.get_ident()) or settle(self))
+    monkeypatch.setattr(ev.Recorder, "_switch_in_run", lambda self, t, op, *a: switched.append(
+        (threading.get_ident() == main, type(op))) or switch(self, t, op, *a), raising=False)
+    monkeypatch.setattr(ev._ThreadClock, "renew_runq", lambda self, mark, slept=0: asleep.append(
+        (threading.get_ident() == main, slept)) or (renew(self, mark, slept) if slept else renew(self, mark)))
+    with ev.Collector() as c:
+        for _ in range(5):
+            step()
+        assert not [t for t in settles if t != main]     # (was: one a backward pass)
+        torch.hpu.synchronize()
+    assert sum(not on_main for on_main, _ in switched) >= 5, switched     # one a backward pass (or more:
+                                                                          # after a pause in its stamps)
+    back = [op for on_main, op in switched if on_main]
+    assert back and all(issubclass(op, ev.Event) for op in back)    # (a gap under load takes emit's way)
+    assert any(on_main and slept > 0 for on_main, slept in asleep)
+    host = [e for e in c.events if e.lane == "host"]
+    assert len(c.of(ev.OpAccumulated)) >= 5 * 40
+    assert all(a.cpu_ns <= b.cpu_ns for a, b in zip(host, host[1:]))
+
+
+def test_the_baseline_holds_over_time_the_thread_slept():
+    """renew_runq's slack rule: off the CPU longer than RUNQ_SLACK_NS since the baseline was read,
+    a thread may have waited that long for a core, and the baseline is read again, unless the wall
+    time it is known to have slept (``asleep``) accounts for it."""
+    clock = ev._ThreadClock(0)
+    slack = ev.RUNQ_SLACK_NS
+    clock.runq_mark = (0, 0)
+    assert clock.renew_runq((3 * slack, slack)) is True                  # off the CPU 2 slacks: read
+    clock.runq_mark = (0, 0)
+    assert clock.renew_runq((3 * slack, slack), asleep=slack + slack // 2) is False    # half a slack left
+    assert clock.runq_mark == (0, 0) and clock.runq_at == 3 * slack
+    assert clock.renew_runq((6 * slack, 2 * slack), asleep=slack) is True    # 4 off, 1 asleep: 3 left
+
+
+def test_a_host_event_due_in_its_own_run_takes_its_reading_without_settling(monkeypatch):
+    """A host event (a Launch, a copy) on which the thread clock falls due in its thread's own run
+    took emit's whole way: a settle, a reading, a segment, the run reopened (~80 us, ~0.2 a
+    training step). Like an op due there (_read_in_run) it now keeps the reading beside it in the
+    run, and gets its stamps when the run is settled, in order."""
+    monkeypatch.setattr(ev, "CPU_READ_NS", 10**15)
+    monkeypatch.setattr(ev, "BLOCKED_MIN_NS", 10**15)
+    settles = []
+    settle = ev.Recorder._settle
+    monkeypatch.setattr(ev.Recorder, "_settle", lambda self: settles.append(1) or settle(self))
+    runs = []
+    h = ev.subscribe(lambda e: None, runs=runs.append)
+    try:
+        ev.emit(ev.MarkStep(ev.now(), ev.now(), "host", ev.recorder.step))
+        rec, clock = ev.recorder, ev.recorder._tls.clock
+        ev.op_accumulated("aten::add", "x.py:1")
+        clock.read_at = -10**15                          # the clock due on the next stamp
+        rec._run_until = rec._run_due = 1
+        before = len(settles)
+        ev.emit(ev.Launch(ev.now(), ev.now(), "host", rec.step))
+        assert len(settles) == before and len(rec._reads) == 1    # no settle on the loop's path
+        assert clock.read_at > 0
+        ev.op_accumulated("aten::mul", "x.py:2")         # still in the run
+        ev.flush()
+        assert rec._reads == []
+    finally:
+        h.remove()
+    got = [e for r in runs for e in r.events()]
+    assert [type(e).__name__ for e in got] == ["MarkStep", "OpAccumulated", "Launch", "OpAccumulated"]
+    assert all(a.cpu_ns <= b.cpu_ns for a, b in zip(got, got[1:]))
+    assert got[2].cpu_ns - got[1].cpu_ns < 10_000_000         # an exact reading, not a wrong credit
