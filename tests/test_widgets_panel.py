@@ -478,3 +478,34 @@ def test_a_live_panel_wakes_to_redraw_on_the_main_thread_and_sleeps_again(monkey
         assert ev.Launch not in ev.recorder._kinds_now and ev.MarkStep not in ev.recorder._kinds_now
     finally:
         p.detach()
+
+
+def test_two_threads_waking_a_live_panel_at_once_subscribe_it_once(monkeypatch):
+    """The late observers' turn runs on whichever thread stamps when it falls due (the user's,
+    autograd's). Two turns at once both found the panel asleep and both subscribed it; the panel
+    kept one handle, and the other took every LIVE_KINDS event at once, each handing the op run
+    over, for the rest of the kernel's life (the benchmark's bimodal rounds). Here the subscribe
+    is slow (as a hand-over is) so that the second look comes while the first subscribes."""
+    p = widgets.SectionPanel("", min_interval=0.0, budget=1.0)
+    p.attach(live=True)
+    subscribe = ev.subscribe
+    inside = threading.Event()
+
+    def slow(*a, **k):
+        inside.set()
+        time.sleep(0.05)                    # the other thread's look comes meanwhile
+        return subscribe(*a, **k)
+    monkeypatch.setattr(ev, "subscribe", slow)
+    mark = next(e for e in host_bound_loop(steps=2) if type(e) is ev.MarkStep)
+    try:
+        t = threading.Thread(target=p._look, args=(mark,))
+        t.start()
+        inside.wait(5)
+        p._look(mark)                           # while the other thread subscribes
+        t.join()
+        monkeypatch.setattr(ev, "subscribe", subscribe)
+        woken = [f for f in ev.recorder._by_kind.get(ev.MarkStep, ()) if getattr(f, "__func__", None) is pn.SectionPanel._on_event]
+        assert len(woken) == 1, woken
+    finally:
+        p.detach()
+    assert not [f for f in ev.recorder._by_kind.get(ev.MarkStep, ()) if getattr(f, "__self__", None) is p]

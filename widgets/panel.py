@@ -142,6 +142,7 @@ class SectionPanel:
         self._handle = None
         self._live_handle = None            # LIVE_KINDS, late: looks whether a redraw is due (_look)
         self._awake = None                  # LIVE_KINDS at once while a redraw is due (_on_event)
+        self._waking = threading.Lock()     # held while _look subscribes _awake
         self._attached_at = 0.0
         self._next_allowed = 0.0
         self._cost = {name: FIRST_COST_GUESS for name in TABS}    # seconds per redraw: the worst measured
@@ -241,10 +242,26 @@ class SectionPanel:
 
     def _look(self, e: ev.Event) -> None:
         """A LIVE_KINDS event handed over late (any thread, in the op run's hand-over): once a
-        redraw may be due, watch LIVE_KINDS at once (_on_event) until the main thread emits one."""
+        redraw may be due, watch LIVE_KINDS at once (_on_event) until the main thread emits one.
+
+        One thread at a time: ``subscribe`` hands the run over first and may let another thread
+        run meanwhile, whose late turn then found ``_awake`` still unset and subscribed too. Only
+        the second handle was kept: the first was never removed, and took every LIVE_KINDS event
+        at once, each handing the op run over, in every section the kernel ran afterwards (timed:
+        a 600-step loop's main thread ~0.3 s more CPU, in 6 to 27 of 72 rounds of the benchmark)."""
         if time.perf_counter() < self._next_allowed or self._awake is not None or self._live_handle is None:
             return
-        self._awake = ev.subscribe(self._on_event, LIVE_KINDS, stamps=False)
+        if not self._waking.acquire(blocking=False):    # another thread is subscribing it (or this
+            return                                      # one, in the hand-over subscribe makes)
+        try:
+            if self._awake is None and self._live_handle is not None:
+                h = ev.subscribe(self._on_event, LIVE_KINDS, stamps=False)
+                if self._live_handle is None:           # detached meanwhile: detach found no _awake
+                    h.remove()
+                else:
+                    self._awake = h
+        finally:
+            self._waking.release()
 
     def _on_event(self, e: ev.Event) -> None:
         """A LIVE_KINDS event, at once, already in the log, while a redraw may be due: redraw the
