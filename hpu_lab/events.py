@@ -1429,9 +1429,8 @@ class Recorder:
         return True
 
     def _read_in_run(self, t: int, op, src: str, step: int, clock: _ThreadClock, hc: "_HostClock") -> None:
-        """_op_due for an op of the thread whose run is open (no other thread stamped since), and
-        emit for a host event there (``op`` the event, ``src`` "", ``step`` 0), when its thread
-        clock falls due: the clock (and the run-queue baseline, if it may have moved) read now, the op kept in
+        """_op_due for an op of the thread whose run is open (no other thread stamped since): its
+        thread clock (and the run-queue baseline, if it may have moved) read now, the op kept in
         the run like the others with the reading beside it, and the run left open for the next
         CPU_READ_NS. The reading is applied when the run is settled (_settle_read): the ops before
         it credited by wall time first, exactly as _op_due credits them now, but without settling,
