@@ -407,24 +407,17 @@ def test_an_op_due_for_a_thread_clock_reading_stays_in_the_run(monkeypatch):
     assert ops[-1].cpu_ns <= last[0].cpu_ns
 
 
-def _no_dues_counting_settles(monkeypatch) -> list:
-    """No thread-clock reading falls due by time and no pause is a gap (the test makes its own
-    dues); the list gets one item a settle."""
-    monkeypatch.setattr(ev, "CPU_READ_NS", 10**15)
-    monkeypatch.setattr(ev, "BLOCKED_MIN_NS", 10**15)
-    settles = []
-    settle = ev.Recorder._settle
-    monkeypatch.setattr(ev.Recorder, "_settle", lambda self: settles.append(1) or settle(self))
-    return settles
-
-
 def test_an_op_due_in_its_own_run_takes_its_reading_without_settling_the_run(monkeypatch):
     """A due on an op of the thread whose run is open (~3 a 6 ms training step) reads the clock
     and keeps the op in the run with the reading beside it: no settle, lock-and-segment work or
     reopening on the loop's path (~55 us a due before, in place). The reading is applied when the
     run is settled, in order: ops slept between were credited their wall time, and the reading
     finds that the credit ran ahead (the sleeps), owed from then on, as when the due settled."""
-    settles = _no_dues_counting_settles(monkeypatch)     # the sleeps are no gap: credited by wall
+    monkeypatch.setattr(ev, "CPU_READ_NS", 10**15)
+    monkeypatch.setattr(ev, "BLOCKED_MIN_NS", 10**15)      # the sleeps are no gap: credited by wall
+    settles = []
+    settle = ev.Recorder._settle
+    monkeypatch.setattr(ev.Recorder, "_settle", lambda self: settles.append(1) or settle(self))
     runs = []
     h = ev.subscribe(lambda e: None, runs=runs.append)
     try:
@@ -1106,7 +1099,11 @@ def test_a_host_event_due_in_its_own_run_takes_its_reading_without_settling(monk
     took emit's whole way: a settle, a reading, a segment, the run reopened (~80 us, ~0.2 a
     training step). Like an op due there (_read_in_run) it now keeps the reading beside it in the
     run, and gets its stamps when the run is settled, in order."""
-    settles = _no_dues_counting_settles(monkeypatch)
+    monkeypatch.setattr(ev, "CPU_READ_NS", 10**15)
+    monkeypatch.setattr(ev, "BLOCKED_MIN_NS", 10**15)
+    settles = []
+    settle = ev.Recorder._settle
+    monkeypatch.setattr(ev.Recorder, "_settle", lambda self: settles.append(1) or settle(self))
     runs = []
     h = ev.subscribe(lambda e: None, runs=runs.append)
     try:
