@@ -1454,29 +1454,27 @@ class Recorder:
         self._run_until = min(due, end + self._run_gap)
 
     def _switch_in_run(self, t: int, op, src: str, step: int, clock: _ThreadClock, hc: "_HostClock") -> None:
-        """A stamp (``op``: an op, or a host event with ``src`` "" and ``step`` 0) of a thread other
-        than the one whose run is open: autograd's first op of each backward pass (_op_due), the
-        user's first host event after it (emit, when no gap came between). An exact reading (the
-        thread was away since its previous stamp: the wall time is not its CPU), kept beside the
-        stamp in the run as _read_in_run keeps one, and the run goes on as this thread's. _settle
-        applies the reading in order, the other thread's stamps before it credited by wall time
-        first, exactly as the settle, reading and segment this stamp took at once before (timed in
-        place, wrapped: ~65 us for autograd's first op, ~50 us for the user's event, a training
-        step, on the loop's wall time; the settle alone ~15 us). The stamp's ``prev`` is the end of
-        this thread's own previous stamp, which _settle_read charges from its open stamp to the
-        observers, as _catch_up did."""
+        """_op_due for an op of a thread that runs no user code (autograd's: the first op of each
+        backward pass) after another thread stamped last: an exact reading (the thread slept since
+        its previous stamp: the wall time is not its CPU), kept beside the op in the run as
+        _read_in_run keeps one, and the run goes on as this thread's. _settle applies the reading
+        in order, the other thread's stamps before it credited by wall time first, exactly as the
+        settle, reading and segment this op took at once before (timed in place, wrapped: ~65 us a
+        backward pass, on the wall time the user's thread waits in backward(); the settle alone
+        ~15 us). Its stamp's ``prev`` is the end of this thread's own previous stamp, which
+        _settle_read charges from its open stamp to the observers, as _catch_up did."""
         r = _perf_ns()
         cpu = thread_cpu()
         last = hc.last_clock
         asleep = 0
         handed = self._run_from
         if (handed is not None and handed[1] is clock and clock.runs_user_code and self._run_until
-                and self._run_clock is last and not last.runs_user_code):
-            # a user's thread back on the run it handed to a thread without user code (back from
-            # backward(): autograd's stamped meanwhile): it slept in backward() from that thread's
-            # first stamp to its latest, off the CPU but not waiting for a core; its baseline still
-            # holds if the rest is within the slack (it read /proc after every backward pass: ~18
-            # us a training step). (Handed to another user's thread, it may have run meanwhile.)
+                and self._run_clock is last):
+            # back on the thread that handed the run to this one, a thread without user code (the
+            # user's thread, back from backward(): autograd's stamped meanwhile): it slept in
+            # backward() from that thread's first stamp to its latest, off the CPU but not waiting
+            # for a core; its baseline still holds if the rest is within the slack (it read /proc
+            # after every backward pass: ~18 us a training step)
             asleep = max(hc.last_wall - handed[0], 0)
         # (a thread without user code measures no gap, but one that ends on it reads its run-queue
         # delay since this baseline: busy_since_stamp)

@@ -1125,29 +1125,3 @@ def test_a_host_event_due_in_its_own_run_takes_its_reading_without_settling(monk
     assert [type(e).__name__ for e in got] == ["MarkStep", "OpAccumulated", "Launch", "OpAccumulated"]
     assert all(a.cpu_ns <= b.cpu_ns for a, b in zip(got, got[1:]))
     assert got[2].cpu_ns - got[1].cpu_ns < 10_000_000         # an exact reading, not a wrong credit
-
-
-def test_a_users_thread_back_from_another_users_thread_is_not_taken_for_asleep(monkeypatch):
-    """The slack rule leaves out the time a user's thread slept in backward() while autograd's
-    stamped. Handed to another *user's* thread, it may have run (or waited for a core) meanwhile:
-    nothing is left out for it."""
-    monkeypatch.setattr(ev, "CPU_READ_NS", 10**15)
-    monkeypatch.setattr(ev, "BLOCKED_MIN_NS", 10**15)    # no gap: the switches go into the run
-    main = threading.get_ident()
-    seen = []
-    renew, switch = ev._ThreadClock.renew_runq, ev.Recorder._switch_in_run
-    monkeypatch.setattr(ev._ThreadClock, "renew_runq", lambda self, mark, asleep=0: seen.append(
-        ("renew", threading.get_ident() == main, asleep)) or renew(self, mark, asleep))
-    monkeypatch.setattr(ev.Recorder, "_switch_in_run", lambda self, *a: seen.append(
-        ("switch", threading.get_ident() == main, 0)) or switch(self, *a))
-    with ev.Collector() as c:
-        ev.emit(ev.MarkStep(ev.now(), ev.now(), "host", ev.recorder.step))
-        t = threading.Thread(target=lambda: [ev.op_accumulated("aten::add", "b.py:1"),
-                                             _busy(200_000), ev.op_accumulated("aten::mul", "b.py:2")])
-        t.start()
-        t.join()
-        del seen[:]
-        ev.emit(ev.MarkStep(ev.now(), ev.now(), "host", ev.recorder.step))     # back on the main thread
-    assert ("switch", True, 0) in seen, seen
-    assert [a for kind, on_main, a in seen if kind == "renew" and on_main] == [0], seen
-    assert [type(e).__name__ for e in c.events] == ["MarkStep", "OpAccumulated", "OpAccumulated", "MarkStep"]
