@@ -577,18 +577,15 @@ class _ThreadClock:
         except (OSError, IndexError, ValueError):
             return 0
 
-    def renew_runq(self, mark, asleep: int = 0) -> bool:
+    def renew_runq(self, mark) -> bool:
         """At a thread-clock reading ``mark`` (wall, thread CPU): the run-queue baseline read again
         unless the thread was off the CPU at most RUNQ_SLACK_NS since it was read, so waited for a
         core at most that long: the baseline still holds (a thread-clock reading, not a /proc read:
-        ~0.5 against ~21 us in place). (More CPU than wall time: not one clock; read.) ``asleep``:
-        wall time since the read in which the thread is known to have slept, not waited for a core
-        (Recorder._switch_in_run: the user's thread inside backward() while autograd's stamped).
-        True: read."""
+        ~0.5 against ~21 us in place). (More CPU than wall time: not one clock; read.) True: read."""
         m = self.runq_mark
         w = mark[0]
         self.runq_at = w
-        if m is not None and -RUNQ_SLACK_NS <= (w - m[0]) - (mark[1] - m[1]) - asleep <= RUNQ_SLACK_NS:
+        if m is not None and -RUNQ_SLACK_NS <= (w - m[0]) - (mark[1] - m[1]) <= RUNQ_SLACK_NS:
             return False
         self.last_runq, self.runq_mark = self._runq(), mark
         return True
@@ -826,9 +823,6 @@ class Recorder:
         self._run_clock: Optional[_ThreadClock] = None
         self._run_ident = None
         self._run_gap = 0
-        # (wall time, the _ThreadClock that stamped last then) when the run's thread took it over
-        # from another thread without settling (_switch_in_run); None: opened by _open_run
-        self._run_from = None
         self._many: dict = {}              # observer -> its function taking a list of op events
         self._runs: dict = {}              # observer -> its function taking an OpRun
         # held while a run of op events is handed over: an event emitted meanwhile (on another
@@ -962,7 +956,6 @@ class Recorder:
             self._run_until = 0
             return
         self._run_clock, self._run_ident = clock, clock.ident
-        self._run_from = None
         self._run_gap = gap = min(CPU_READ_NS, BLOCKED_MIN_NS + 1)
         # the thread's stamps only move later while the run is open, so an op or event before
         # ``_run_until`` is less than ``gap`` after the latest of them: op_accumulated and emit's
@@ -1157,26 +1150,8 @@ class Recorder:
             clock = tls.clock = _ThreadClock(thread_cpu())
             self._clocks.add(clock)
         hc = self._host
-        last = hc.last_clock
-        if last is clock:                    # its last stamp may be an op's (op_accumulated)
+        if hc.last_clock is clock:           # its last stamp may be an op's (op_accumulated)
             clock.last_end = hc.last_wall
-        if (last is self._run_clock and self._run_until and clock.gap_end is None and self._defer
-                and type(event) not in self._kinds_now and 0 <= w0 - hc.last_wall < self._run_gap
-                and event.t_start - hc.last_wall <= BLOCKED_MIN_NS):
-            # an open run and no gap since its latest stamp, but this thread's clock or baseline
-            # due in its own run, or the run another thread's (the user's thread back from
-            # backward(): a graph's GraphBuilt): into the run with an exact reading, as an op due
-            # there (_read_in_run) or autograd's first op (_switch_in_run) comes, not emit's
-            # settle, reading and reopening (timed in place, wrapped: ~50 us a training step
-            # after backward(), ~80 us a due); without a gap nothing more is measured
-            start = event.t_end
-            if not clock.last_end <= start <= w0 or w0 - start >= OBSERVER_EXACT_NS:
-                start = w0
-            if last is clock:
-                self._read_in_run(start, event, "", 0, clock, hc)
-            else:
-                self._switch_in_run(start, event, "", 0, clock, hc)
-            return
         last_end = clock.last_end
         if (w0 - last_end <= BLOCKED_MIN_NS and w0 - clock.read_at < CPU_READ_NS and clock.gap_end is None
                 and event.t_start - hc.last_wall <= BLOCKED_MIN_NS and w0 - clock.runq_at <= CPU_READ_NS):
@@ -1398,10 +1373,9 @@ class Recorder:
         baseline is due: stamped as emit stamps it (an exact thread-clock reading if due, a fresh
         baseline if due, the bookkeeping charged to the observers) and kept in the run like the
         others, without building its event or calling the observers for it alone (~4 a training
-        step): its reading beside it in the run (_read_in_run). So is an op of a thread that runs
-        no user code (autograd's: the first op of each backward pass, when another thread stamped
-        last), whose gaps are never measured: it takes an exact reading into the run, which goes
-        on as its thread's (_switch_in_run). False: not this case (emit it)."""
+        step). So is an op of a thread that runs no user code (autograd's: the first op of each
+        backward pass, when another thread stamped last), whose gaps are never measured: it takes
+        an exact reading. False: not this case (emit it)."""
         clock = getattr(self._tls, "clock", None)
         hc = self._host
         if clock is None or self._muted or clock.gap_end is not None:
@@ -1411,12 +1385,7 @@ class Recorder:
             return False
         if (not other and self._run_until and _get_ident() == self._run_ident
                 and (t - clock.read_at >= CPU_READ_NS or t - clock.runq_at > CPU_READ_NS)):
-            self._read_in_run(t, op, src, self.step, clock, hc)
-            return True
-        if not clock.runs_user_code:
-            # its first op after another thread's stamps, or after a pause in its own (its gaps are
-            # never measured): the reading into the run
-            self._switch_in_run(t, op, src, self.step, clock, hc)
+            self._read_in_run(t, op, src, clock, hc)
             return True
         with hc.lock:
             self._catch_up(clock)
@@ -1428,7 +1397,7 @@ class Recorder:
         self._after_observers(clock, t, _perf_ns(), user, mark)
         return True
 
-    def _read_in_run(self, t: int, op, src: str, step: int, clock: _ThreadClock, hc: "_HostClock") -> None:
+    def _read_in_run(self, t: int, op, src: str, clock: _ThreadClock, hc: "_HostClock") -> None:
         """_op_due for an op of the thread whose run is open (no other thread stamped since): its
         thread clock (and the run-queue baseline, if it may have moved) read now, the op kept in
         the run like the others with the reading beside it, and the run left open for the next
@@ -1446,57 +1415,12 @@ class Recorder:
             self._reads.append((len(ops), r, cpu, clock.observers, clock))
             last = hc.last_wall
             self._run_cum = cum = self._run_cum + t - last
-            ops += (t, op, src, step, last, clock, cum)
+            ops += (t, op, src, self.step, last, clock, cum)
         if r - self._handed_at > HAND_OVER_NS:
             self._deliver_late()             # (HAND_OVER_NS)
         self._run_due = due = r + CPU_READ_NS
         hc.last_wall = end = _perf_ns()
         self._run_until = min(due, end + self._run_gap)
-
-    def _switch_in_run(self, t: int, op, src: str, step: int, clock: _ThreadClock, hc: "_HostClock") -> None:
-        """_op_due for an op of a thread that runs no user code (autograd's: the first op of each
-        backward pass) after another thread stamped last: an exact reading (the thread slept since
-        its previous stamp: the wall time is not its CPU), kept beside the op in the run as
-        _read_in_run keeps one, and the run goes on as this thread's. _settle applies the reading
-        in order, the other thread's stamps before it credited by wall time first, exactly as the
-        settle, reading and segment this op took at once before (timed in place, wrapped: ~65 us a
-        backward pass, on the wall time the user's thread waits in backward(); the settle alone
-        ~15 us). Its stamp's ``prev`` is the end of this thread's own previous stamp, which
-        _settle_read charges from its open stamp to the observers, as _catch_up did."""
-        r = _perf_ns()
-        cpu = thread_cpu()
-        last = hc.last_clock
-        asleep = 0
-        handed = self._run_from
-        if (handed is not None and handed[1] is clock and clock.runs_user_code and self._run_until
-                and self._run_clock is last):
-            # back on the thread that handed the run to this one, a thread without user code (the
-            # user's thread, back from backward(): autograd's stamped meanwhile): it slept in
-            # backward() from that thread's first stamp to its latest, off the CPU but not waiting
-            # for a core; its baseline still holds if the rest is within the slack (it read /proc
-            # after every backward pass: ~18 us a training step)
-            asleep = max(hc.last_wall - handed[0], 0)
-        # (a thread without user code measures no gap, but one that ends on it reads its run-queue
-        # delay since this baseline: busy_since_stamp)
-        clock.renew_runq((r, cpu), asleep)
-        clock.read_at = r
-        with hc.lock:
-            if last is not None:
-                last.last_end = hc.last_wall     # the other thread's last stamp ends there (_catch_up)
-            ops = self._ops
-            self._reads.append((len(ops), r, cpu, clock.observers, clock))
-            prev = clock.last_end
-            self._run_cum = cum = self._run_cum + t - prev
-            ops += (t, op, src, step, prev, clock, cum)
-            hc.last_clock = clock
-        if r - self._handed_at > HAND_OVER_NS:
-            self._deliver_late()             # (HAND_OVER_NS)
-        self._run_clock, self._run_ident = clock, clock.ident
-        self._run_from = (r, last)
-        self._run_gap = gap = min(CPU_READ_NS, BLOCKED_MIN_NS + 1)
-        self._run_due = due = r + CPU_READ_NS
-        hc.last_wall = end = _perf_ns()
-        self._run_until = min(due, end + gap)
 
     def flush(self) -> None:
         """Hand the op events stamped so far (op_accumulated) to the observers listening now."""
