@@ -23,12 +23,17 @@ class DeviceError(RuntimeError):
 
 
 class Launch:
-    __slots__ = ("id", "recipe", "inputs", "outputs", "done", "error", "stream", "srcs", "__weakref__")
+    __slots__ = ("id", "recipe", "inputs", "outputs", "done", "error", "stream", "srcs", "threads", "__weakref__")
 
     def __init__(self, recipe, inputs, stream, srcs=None):
         self.id = next(_launch_ids)
         self.recipe, self.inputs, self.stream = recipe, inputs, stream
         self.srcs = srcs      # the user lines of this launch's ops (a cached recipe keeps its first)
+        # the launching thread's intra-op thread count, which the worker runs it with: a CPU
+        # reduction's partial sums depend on it, and torch.set_num_threads(n) sets it for the
+        # calling thread only (OpenMP's per-thread setting), so a worker started before kept the
+        # old count and a 4M-element sum on "hpu" differed from CPU's in the last bits (Stream._run)
+        self.threads = torch.get_num_threads()
         self.outputs = None
         self.error = None
         self.done = threading.Event()
@@ -264,9 +269,13 @@ class Stream:
         # the fx code's few microseconds of Python between kernels unreported; a host function (a
         # copy, a stream wait) is left out too (it waits or copies without the lock).
         perf = time.perf_counter_ns
+        threads = torch.get_num_threads()
         while True:
             launch = self._q.get()
             ev.emulator_python_begin(perf())
+            if launch.threads != threads:    # the launching thread's count (see Launch)
+                threads = launch.threads
+                torch.set_num_threads(threads)
             if launch.recipe is None:        # a host function in stream order
                 fn = launch.inputs
                 ev.emulator_python_end(perf())
