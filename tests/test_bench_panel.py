@@ -69,3 +69,41 @@ def test_the_code_version_names_the_commit_and_a_dirty_tree(tmp_path):
     assert panel.code_version(str(tmp_path)) == head
     (tmp_path / "f").write_text("2")
     assert panel.code_version(str(tmp_path)) == head + "+dirty"
+
+
+def test_what_a_loop_adds_is_split_by_thread_when_every_round_has_the_split():
+    """The added wall and CPU time per round, and each thread role's added CPU (threads.py): where
+    the recording's cost lands. Rounds from before the split (older --json files) give no split."""
+    split = {"user": 1.0, "autograd": 0.2, "device": 0.5, "other": 0.3}
+    more = {"user": 1.1, "autograd": 0.25, "device": 0.52, "other": 0.3}
+    rows = [{"plain": {"wall": 1.5, "cpu": 2.0, "threads": split},
+             "section": {"wall": 1.7, "cpu": 2.17, "threads": more}}]
+    a = panel.added(rows, "section")
+    assert [round(a[m][0], 6) for m in ("wall", "cpu", "user", "autograd", "device", "other")] == [
+        0.2, 0.17, 0.1, 0.05, 0.02, 0.0]
+    rows.append({"plain": {"wall": 1.5, "cpu": 2.0}, "section": {"wall": 1.6, "cpu": 2.1}})
+    assert set(panel.added(rows, "section")) == {"wall", "cpu"}
+
+
+def test_the_threads_cpu_is_read_by_role_in_this_process():
+    import threading
+    from hpu_lab.bench import threads
+    before = threads.cpu_by_role()
+    if not before:
+        import pytest
+        pytest.skip("no per-thread schedstat in /proc here")
+    assert set(before) == set(threads.ROLES)
+    x = 0
+    for i in range(300_000):             # CPU on this (the main) thread
+        x += i
+    ran, done = threading.Event(), threading.Event()
+    t = threading.Thread(target=lambda: (sum(range(300_000)), ran.set(), done.wait()))
+    t.start()
+    try:
+        ran.wait()                       # read while the thread is alive, after its CPU
+        d = threads.since(before, threads.cpu_by_role())
+    finally:
+        done.set()
+        t.join()
+    assert d["user"] > 0 and d["other"] > 0 and d["autograd"] >= 0
+    assert threads.since({}, before) == {}

@@ -36,12 +36,15 @@ import random
 import statistics
 import subprocess
 
+from . import threads
+
 TARGET = 0.10
 KINDS = ("plain", "section", "recording")
 
 SETUP = """
 import functools, gc, json, time, torch, hpu_lab, widgets
 from hpu_lab import events as _ev
+from hpu_lab.bench import threads as _threads
 from hpu_lab.examples import Net, train_step
 torch.manual_seed(0)
 _model = Net().to("hpu")
@@ -67,7 +70,7 @@ gc.callbacks.append(_gc_hook)
 def _start():
     gc.collect()            # each loop starts with nothing pending: it pays only the collections it brings on
     _gc[:2] = [0.0, 0]
-    return time.perf_counter(), time.process_time(), time.thread_time()
+    return time.perf_counter(), time.process_time(), time.thread_time(), _threads.cpu_by_role()
 
 def _loop(n):
     for _ in range(n):
@@ -76,7 +79,8 @@ def _loop(n):
 
 def _stop(t):
     return {{"wall": time.perf_counter() - t[0], "cpu": time.process_time() - t[1],
-             "main_cpu": time.thread_time() - t[2], "gc_s": _gc[0], "full_gcs": _gc[1]}}
+             "main_cpu": time.thread_time() - t[2], "gc_s": _gc[0], "full_gcs": _gc[1],
+             "threads": _threads.since(t[3], _threads.cpu_by_role())}}
 
 def _plain(n):
     t = _start()
@@ -138,6 +142,19 @@ def overheads(rows, kind: str) -> dict:
            "main_cpu": [r[kind]["main_cpu"] / r["plain"]["main_cpu"] - 1 for r in rows]}
     if kind == "section":
         out["cell"] = [r[kind]["cell"] / r["plain"]["wall"] - 1 for r in rows]
+    return out
+
+
+def added(rows, kind: str) -> dict:
+    """What ``kind``'s loop added to the plain loop of the same round, in seconds, per round: wall
+    and process CPU time, and the CPU time of each thread role (threads.ROLES) when every round
+    has it. The wall time a recording adds follows its added CPU time, whichever thread spends it
+    (threads.py); this says which one does."""
+    out = {"wall": [r[kind]["wall"] - r["plain"]["wall"] for r in rows],
+           "cpu": [r[kind]["cpu"] - r["plain"]["cpu"] for r in rows]}
+    if rows and all(r[kind].get("threads") and r["plain"].get("threads") for r in rows):
+        for role in threads.ROLES:
+            out[role] = [r[kind]["threads"][role] - r["plain"]["threads"][role] for r in rows]
     return out
 
 
@@ -240,6 +257,11 @@ def report(r: dict) -> None:
         g = r["over"]["recording"]
         print(f"recording (a bare Collector) over plain: wall {_pct(g['wall'])}\n"
               f"  process CPU {_pct(g['cpu'])}\n  main thread CPU {_pct(g['main_cpu'])}")
+    for k in r["kinds"][1:]:
+        a = {m: statistics.median(v) for m, v in added(rows, k).items()}
+        split = "".join(f", {role} {1000 * a[role]:+.0f}" for role in threads.ROLES if role in a)
+        print(f"{k} added per loop (median of the rounds' differences, ms): wall {1000 * a['wall']:+.0f}, "
+              f"process CPU {1000 * a['cpu']:+.0f}" + (f"; by thread:{split[1:]}" if split else ""))
     sec = [x["section"] for x in rows]
     print(f"entering the section (the panel built and shown): median {1000 * statistics.median(x['entry'] for x in sec):.0f} ms; "
           f"live redraws over all rounds: {sum(x['live_redraws'] for x in sec)}, {sum(x['live_s'] for x in sec):.2f} s")
