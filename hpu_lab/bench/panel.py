@@ -22,10 +22,13 @@ The method (so that it can decide, on a VM whose rounds spread over tens of poin
 - An optional third kind, ``recording`` (a bare ``events.Collector``: every event kept, no
   panel), splits the section's overhead into what recording at all costs and what the panel adds.
 
-Also reported: the garbage collector's time and full collections per kind of loop (totals over
-all rounds: a full collection walks every object of the kernel, 0.3-0.7 s here), the time to
-enter the section (the panel built and shown), the live redraws inside the loops, the whole
-cell (the loop plus the final redraw) and the load average before and after.
+Also reported: what each kind of loop added to its round's plain loop in ms (medians): its wall
+and CPU time, and the CPU time of each thread (threads.py: the user's, autograd's, the device's,
+the rest), which says where a recording's cost lands; the garbage collector's time and full
+collections per kind of loop (totals over all rounds: a full collection walks every object of the
+kernel, 0.3-0.7 s here), the time to enter the section (the panel built and shown), the live
+redraws inside the loops, the whole cell (the loop plus the final redraw) and the load average
+before and after.
 """
 from __future__ import annotations
 
