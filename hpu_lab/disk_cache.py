@@ -85,6 +85,8 @@ def key_text(key) -> str:
     _text(key.sigs, out)
     out.append("|")
     _text(key.outs, out)
+    out.append("|")
+    _text(key.default_dtype, out)
     return "".join(out)
 
 

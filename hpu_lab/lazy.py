@@ -395,7 +395,9 @@ def functional_op(func, args, kwargs):
     else:
         nkw, skw = kwargs, ()
     ok = op_key(func)
-    mkey = (ok, tuple(mkeys), tuple(kwargs))
+    # (torch's default dtype is an input of the meta too: a factory's dtype, an integer tensor's
+    # true division: see GraphKey.default_dtype)
+    mkey = (ok, tuple(mkeys), tuple(kwargs), _default_dtype())
     nargs = tuple(nargs)
     hit = ops._META_CACHE.get(mkey)
     if type(hit) is tuple and len(hit) == 3:
@@ -456,6 +458,7 @@ def _meta_failed(func, args, kwargs, e):
 
 
 _recorder = ev.recorder
+_default_dtype = torch.get_default_dtype
 
 
 def _op_src(func):
@@ -744,7 +747,7 @@ def flush(trigger: str, src: str, needed=None):
                     seen.add(id(r))
                     externals.append(r)
         key = GraphKey(tuple(n.sig for n in nodes), tuple((o.node.index, o.idx) for o in outs),
-                       tuple(n.h for n in nodes))
+                       tuple(n.h for n in nodes), torch.get_default_dtype())
         site = src
         if ev.wants(ev.GraphBuilt):
             ev.emit(ev.GraphBuilt(t0, ev.now(), "host", ev.recorder.step, graph_id=pg.id,

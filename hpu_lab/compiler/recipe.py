@@ -16,17 +16,25 @@ class GraphKey:
     Equality compares the full signatures, so two different graphs never share a recipe; the
     hash is precomputed from the per-node hashes taken while the ops accumulated.
     """
-    __slots__ = ("sigs", "outs", "h")
+    __slots__ = ("sigs", "outs", "h", "default_dtype")
 
-    def __init__(self, sigs, outs, node_hashes):
+    def __init__(self, sigs, outs, node_hashes, default_dtype=None):
         self.sigs, self.outs = sigs, outs
-        self.h = hash((node_hashes, outs))
+        # torch's default dtype when the graph was built: an op's signature holds its arguments,
+        # and with the same arguments a factory (torch.ones(3)) or an integer tensor's true
+        # division gives the default dtype, which the recipe's kernels read when they run. On a
+        # Gaudi the lazy graph holds the resolved dtypes; here a recipe cached under float32,
+        # found again after torch.set_default_dtype(torch.float64), ran and returned float64 where
+        # it had predicted float32 (an OutputMismatch at the next sync)
+        self.default_dtype = default_dtype
+        self.h = hash((node_hashes, outs, default_dtype))
 
     def __hash__(self):
         return self.h
 
     def __eq__(self, other):
-        return self.h == other.h and self.outs == other.outs and self.sigs == other.sigs
+        return (self.h == other.h and self.default_dtype == other.default_dtype and self.outs == other.outs
+                and self.sigs == other.sigs)
 
     @property
     def short(self) -> str:

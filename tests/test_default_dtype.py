@@ -1,0 +1,38 @@
+"""torch's default dtype is an input of a graph: the same ops with the same arguments give float32 or
+float64 (a factory, an integer tensor's true division) as ``torch.set_default_dtype`` says. A
+Gaudi's lazy graph holds the resolved dtypes; here the meta cache and the recipe cache are keyed by
+the default too. Before, a recipe cached under float32 and found again under float64 ran, returned
+float64 where it had predicted float32, and the next sync raised an OutputMismatch."""
+import torch
+
+import hpu_lab  # noqa: F401
+from hpu_lab import core as htcore
+from hpu_lab.compiler.recipe import GraphKey
+from hpu_lab import disk_cache
+
+
+def _ops(device):
+    return (torch.ones(3, device=device) * 0.1,
+            torch.arange(3, device=device) / 3,
+            torch.full((2,), 1.0 / 3, device=device))
+
+
+def test_the_same_ops_after_a_new_default_dtype_give_cpus_dtypes_and_values():
+    before = torch.get_default_dtype()
+    try:
+        for dt in (torch.float32, torch.float64, torch.float32):
+            torch.set_default_dtype(dt)
+            got = _ops("hpu")
+            htcore.mark_step()
+            for h, c in zip(got, _ops("cpu")):
+                h = h.cpu()
+                assert h.dtype == c.dtype == dt and torch.equal(h, c)
+    finally:
+        torch.set_default_dtype(before)
+
+
+def test_graph_keys_and_their_disk_text_differ_by_the_default_dtype():
+    sigs, outs, hashes = (("aten::ones.default", (), ()),), ((0, 0),), (1,)
+    a, b = GraphKey(sigs, outs, hashes, torch.float32), GraphKey(sigs, outs, hashes, torch.float64)
+    assert a != b and a == GraphKey(sigs, outs, hashes, torch.float32)
+    assert disk_cache.key_text(a) != disk_cache.key_text(b)
