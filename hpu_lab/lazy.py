@@ -747,7 +747,7 @@ def flush(trigger: str, src: str, needed=None):
                     seen.add(id(r))
                     externals.append(r)
         key = GraphKey(tuple(n.sig for n in nodes), tuple((o.node.index, o.idx) for o in outs),
-                       tuple(n.h for n in nodes), torch.get_default_dtype())
+                       tuple(n.h for n in nodes), _default_dtype())
         site = src
         if ev.wants(ev.GraphBuilt):
             ev.emit(ev.GraphBuilt(t0, ev.now(), "host", ev.recorder.step, graph_id=pg.id,

@@ -9,6 +9,7 @@ import hpu_lab  # noqa: F401
 from hpu_lab import core as htcore
 from hpu_lab.compiler.recipe import GraphKey
 from hpu_lab import disk_cache
+from hpu_lab import events as ev
 
 
 def _ops(device):
@@ -36,3 +37,18 @@ def test_graph_keys_and_their_disk_text_differ_by_the_default_dtype():
     a, b = GraphKey(sigs, outs, hashes, torch.float32), GraphKey(sigs, outs, hashes, torch.float64)
     assert a != b and a == GraphKey(sigs, outs, hashes, torch.float32)
     assert disk_cache.key_text(a) != disk_cache.key_text(b)
+
+
+def test_the_recompile_says_the_default_dtype_changed():
+    before = torch.get_default_dtype()
+    try:
+        with ev.Collector() as c:
+            for dt in (torch.float32, torch.float64):
+                torch.set_default_dtype(dt)
+                y = torch.ones(5, device="hpu") * 0.25       # a graph no other test builds
+                htcore.mark_step()
+                y.cpu()
+    finally:
+        torch.set_default_dtype(before)
+    reasons = [e.reason for e in c.of(ev.Compile)]
+    assert reasons[-1] == "torch's default dtype changed float32 -> float64 (torch.set_default_dtype)"
