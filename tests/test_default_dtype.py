@@ -52,3 +52,29 @@ def test_the_recompile_says_the_default_dtype_changed():
         torch.set_default_dtype(before)
     reasons = [e.reason for e in c.of(ev.Compile)]
     assert reasons[-1] == "torch's default dtype changed float32 -> float64 (torch.set_default_dtype)"
+
+
+def test_a_replay_under_another_default_dtype_fails_naming_it_and_the_runtime_recovers():
+    """Known limit: the device reads the default dtype when a recipe runs (on a Gaudi a captured
+    graph keeps the dtypes it was built with). Replayed after torch.set_default_dtype, it fails
+    loudly, naming both dtypes and what to do; set back, the same graph replays."""
+    import pytest
+    from hpu_lab.graphs import HPUGraph
+    from hpu_lab.runtime.executor import OutputMismatch
+    before = torch.get_default_dtype()
+    x = torch.ones(4, device="hpu")
+    g = HPUGraph()
+    g.capture_begin()
+    y = x * 0.3 + torch.arange(4, device="hpu") / 7
+    g.capture_end()
+    expected = torch.ones(4) * 0.3 + torch.arange(4) / 7
+    try:
+        torch.set_default_dtype(torch.float64)
+        g.replay()
+        with pytest.raises(OutputMismatch, match=r"built while torch's default dtype was float32, and it ran "
+                                                 r"after torch.set_default_dtype\(float64\)"):
+            y.cpu()
+    finally:
+        torch.set_default_dtype(before)
+    g.replay()
+    assert torch.equal(y.cpu(), expected)
