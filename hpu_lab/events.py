@@ -381,19 +381,6 @@ _untrack = _gc_untracker()
 _is_tracked = gc.is_tracked
 
 
-def _keep(event: Event) -> Event:
-    """An event going into the op run (emit), kept there until the run is handed over, at the end of
-    a recorded loop: out of the cyclic collector's lists now, as the hand-over would take it (see
-    _gc_untracker), not after every young collection of the loop has walked it (~15 such events a
-    training step; ~170 young collections a 600-step loop against ~15 plain: timed in a script,
-    the collector's time went from 13-18 to 10-13 ms a loop with these and the segments untracked)."""
-    _untrack(event)
-    d = event.__dict__
-    if _is_tracked(d):
-        _untrack(d)
-    return event
-
-
 class Handle:
     """Returned by subscribe(); remove() detaches the observer (torch hook style)."""
 
@@ -916,9 +903,7 @@ class Recorder:
             mine = _credit(c, mine)
             c.last_user += mine
             cpu += mine
-            seg = (base, hc.blocked, ops, lo, n, debt)      # a range of _ops: taken at the hand-over
-            _untrack(seg)                    # (see _keep)
-            self._ready.append(seg)
+            self._ready.append((base, hc.blocked, ops, lo, n, debt))    # a range of _ops: taken at the hand-over
         else:
             # stamps of several threads (rare): each credited against its own thread's debt, into a
             # segment of its own whose stamps say what each was credited (t - prev)
@@ -933,17 +918,14 @@ class Recorder:
                 c.last_user += d
                 cpu += d
                 items += (t, op, src, step, t - d, c, 0)
-            self._add_ready(base, hc.blocked, items)
+            self._ready.append((base, hc.blocked, items, 0, len(items), 0))
         hc.cpu = cpu
         self._settled = n
 
     def _add_ready(self, cpu: int, blocked: int, items: list) -> None:
         """A settled segment of its own (the host clock before its first stamp, and its stamps, each
-        credited t - prev) for the next hand-over; untracked now, as the run it goes into will be."""
-        seg = (cpu, blocked, items, 0, len(items), 0)
-        _untrack(items)                      # kept to the hand-over: see _keep
-        _untrack(seg)
-        self._ready.append(seg)
+        credited t - prev) for the next hand-over (which untracks it, with the run it goes into)."""
+        self._ready.append((cpu, blocked, items, 0, len(items), 0))
 
     def _catch_up(self, clock: "_ThreadClock") -> None:
         """Before reading or stamping ``clock`` (the calling thread's, hc.lock held): its last stamp
@@ -1149,7 +1131,7 @@ class Recorder:
                 # it late: it goes into the run like an op stamp, stamped when the run is settled,
                 # handed over in order with it (see op_accumulated and _hand_over)
                 self._run_cum = cum = self._run_cum + start - last
-                self._ops += (start, _keep(event), "", 0, last, self._run_clock, cum)
+                self._ops += (start, event, "", 0, last, self._run_clock, cum)
                 hc.last_wall = _perf_ns()
                 return
             self._emit_short(event, everyone, some, hc, self._run_clock, last, start, reopen=False)
@@ -1231,7 +1213,7 @@ class Recorder:
             if defer:
                 # stamped, into the run after the ops settled above (t == prev: _build_ops gives
                 # it these stamps again); handed over later (HAND_OVER_NS)
-                self._add_ready(hc.cpu, hc.blocked, [w0, _keep(event), "", 0, w0, clock, 0])
+                self._add_ready(hc.cpu, hc.blocked, [w0, event, "", 0, w0, clock, 0])
         if not defer:
             self._deliver(event, everyone, some)
         self._after_observers(clock, start, _perf_ns(), user, mark)
@@ -1247,9 +1229,9 @@ class Recorder:
             ops = self._ops
             if len(ops) > self._settled:     # (a settled stamp's chain is applied already)
                 last = ops[-OP_FIELDS:]      # one C call: another thread may be adding an op
-                ops += (last[0], _keep(event), "", 0, last[0], last[5], last[6])
+                ops += (last[0], event, "", 0, last[0], last[5], last[6])
             else:
-                self._add_ready(0, 0, [0, _keep(event), "", 0, 0, None, 0])
+                self._add_ready(0, 0, [0, event, "", 0, 0, None, 0])
 
     def _deliver(self, event: Event, everyone: tuple, some: tuple) -> None:
         """Hand an event (stamped, if a host event) to its observers, after the op events stamped
@@ -1279,7 +1261,7 @@ class Recorder:
             hc.cpu = cpu = hc.cpu + mine
             blocked = hc.blocked
             if defer:                        # into the run, as in emit's long path
-                self._add_ready(cpu, blocked, [start, _keep(event), "", 0, start, clock, 0])
+                self._add_ready(cpu, blocked, [start, event, "", 0, start, clock, 0])
         d = event.__dict__
         d["cpu_ns"], d["blocked_ns"] = cpu, blocked     # frozen: set past __setattr__
         if not defer:
@@ -1520,13 +1502,14 @@ class Recorder:
                 del ops[:s]
                 self._settled = 0
                 _untrack(taken)
-                for i, x in enumerate(segments):
-                    if x[2] is ops:              # a range of _ops: of the copy now (untracked: see _keep)
-                        segments[i] = x = (x[0], x[1], taken, x[3], x[4], x[5])
-                        _untrack(x)
+                segments = [(x[0], x[1], taken, x[3], x[4], x[5]) if x[2] is ops else x for x in segments]
         if not segments:
             self._give_late(parts)
             return
+        for x in segments:                   # here, together: one at a time, each cost ~5 us cold
+            _untrack(x)
+            if x[2] is not taken:
+                _untrack(x[2])
         observers = self._all + self._by_kind.get(OpAccumulated, ())
         if observers:
             # A log keeps every run as it came (each the stamps of up to HAND_OVER_NS of a loop):
