@@ -49,12 +49,8 @@ def get_recipe(key, nodes, externals, outs, site):
     prev = cache.nearest(site, recipe.desc)
     if prev is not None and _unrelated(prev.desc, recipe.desc):
         prev = None          # another graph cut at the same line (e.g. the optimizer's): not a recompile
-    reason = diff(prev.desc if prev is not None else None, recipe.desc)
-    was = getattr(prev.key, "default_dtype", None) if prev is not None else None
-    if was is not None and was != key.default_dtype and reason.startswith("different graph outputs"):
-        # the same ops and arguments: what changed is the default dtype they resolve (GraphKey)
-        reason = (f"torch's default dtype changed {str(was).replace('torch.', '')} -> "
-                  f"{str(key.default_dtype).replace('torch.', '')} (torch.set_default_dtype)")
+    reason = diff(prev.desc if prev is not None else None, recipe.desc,
+                  (getattr(prev.key, "default_dtype", None), key.default_dtype) if prev is not None else None)
     recipe.reason = reason
     cache.store(key, recipe, site)
     t1 = ev.now()

@@ -25,7 +25,9 @@ def _shown(sig):
     return sig
 
 
-def diff(prev, new) -> str:
+def diff(prev, new, default_dtypes=None) -> str:
+    """``default_dtypes``: torch's default dtype under each graph (GraphKey.default_dtype), (prev,
+    new): with the same ops and arguments, the dtypes they resolve may be all that changed."""
     if prev is None:
         return "first compile"
     (pin, pnodes), (nin, nnodes) = prev, new
@@ -53,4 +55,7 @@ def diff(prev, new) -> str:
         return f"graph shrank {len(pnodes)} -> {len(nnodes)} nodes"
     if len(pin) != len(nin):
         return f"number of inputs changed {len(pin)} -> {len(nin)}"
+    if default_dtypes is not None and None not in default_dtypes and default_dtypes[0] != default_dtypes[1]:
+        was, now = (str(d).replace("torch.", "") for d in default_dtypes)
+        return f"torch's default dtype changed {was} -> {now} (torch.set_default_dtype)"
     return "different graph outputs (other tensors are alive at this point)"
