@@ -228,17 +228,16 @@ def _mismatch(recipe, k, t, w, srcs):
         # not the shape inference: the kernels read torch's default dtype (a factory's, an integer
         # tensor's true division) when they run, and it changed after the graph was built (on a
         # Gaudi the graph keeps the dtypes it was built with)
-        name = lambda d: str(d).replace("torch.", "")        # noqa: E731
-        raise OutputMismatch(
-            f"{op} (op created at {src}) returned {got} on the device where recipe {recipe.short_key} predicted "
-            f"{name(dtype)} {size} (output {k}): the graph was built while torch's default dtype was "
-            f"{name(built)}, and it ran after torch.set_default_dtype({name(now)}) (before an HPU Graph's "
-            f"replay, or before the device had run what was launched). hpu_lab's device reads the default "
-            f"when it runs: set it back to {name(built)} for the graph, or change it once its results are read")
+        built, now = str(built).replace("torch.", ""), str(now).replace("torch.", "")
+        why = (f"the graph was built while torch's default dtype was {built}, and it ran after "
+               f"torch.set_default_dtype({now}) (before an HPU Graph's replay, or before the device had run what "
+               f"was launched). hpu_lab's device reads the default when it runs: set it back to {built} for the "
+               f"graph, or change it once its results are read")
+    else:
+        why = "the kernel disagrees with hpu_lab's shape inference; refused rather than read as the predicted shape and dtype"
     raise OutputMismatch(
         f"{op} (op created at {src}) returned {got} on the device where recipe {recipe.short_key} predicted "
-        f"{str(dtype).replace('torch.', '')} {size} (output {k}): the kernel disagrees with hpu_lab's "
-        f"shape inference; refused rather than read as the predicted shape and dtype")
+        f"{str(dtype).replace('torch.', '')} {size} (output {k}): {why}")
 
 
 class Stream:
