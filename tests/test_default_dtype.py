@@ -78,3 +78,60 @@ def test_a_replay_under_another_default_dtype_fails_naming_it_and_the_runtime_re
         torch.set_default_dtype(before)
     g.replay()
     assert torch.equal(y.cpu(), expected)
+
+
+def test_ops_traced_before_a_new_default_keep_their_dtypes():
+    """The default changes between two ops of one step: each op gives CPU's dtype for the default it
+    was traced under (before, the graph was keyed and run under the new default, and the sync raised
+    an OutputMismatch blaming the shape inference). The ops traced before are launched as their own
+    graph, and its GraphBuilt names the trigger."""
+    before = torch.get_default_dtype()
+    try:
+        with ev.Collector() as c:
+            x = torch.ones(3, device="hpu") * 0.1
+            torch.set_default_dtype(torch.float64)
+            z = torch.arange(3, device="hpu") / 3
+            htcore.mark_step()
+            got_x, got_z = x.cpu(), z.cpu()
+    finally:
+        torch.set_default_dtype(before)
+    assert got_x.dtype == torch.float32 and torch.equal(got_x, torch.ones(3) * 0.1)
+    assert got_z.dtype == torch.float64 and torch.equal(got_z, torch.arange(3) / torch.tensor(3.0, dtype=torch.float64))
+    assert [e.trigger for e in c.of(ev.GraphBuilt)] == ["torch.set_default_dtype", "mark_step"]
+
+
+def test_a_launched_graph_the_device_has_not_run_keeps_its_dtypes():
+    """The device is held back (a host function in stream order waits on a gate), so the graph is
+    launched but not run when the default changes. set_default_dtype waits for the device: the graph
+    runs under the default it was built with. Before, it ran under the new one and the sync raised."""
+    import threading
+    from hpu_lab.runtime import executor
+    before = torch.get_default_dtype()
+    gate = threading.Event()
+    executor.stream(0).submit_fn(gate.wait)
+    y = torch.full((4,), 1.0 / 3, device="hpu") * 3
+    htcore.mark_step()
+    opener = threading.Timer(0.2, gate.set)     # opens after set_default_dtype would have returned
+    opener.start()
+    try:
+        torch.set_default_dtype(torch.float64)
+        assert gate.is_set()                    # it waited for the device
+    finally:
+        torch.set_default_dtype(before)
+        opener.cancel()
+        gate.set()
+    got = y.cpu()
+    assert got.dtype == torch.float32 and torch.equal(got, torch.full((4,), 1.0 / 3) * 3)
+
+
+def test_an_unchanged_or_refused_default_launches_nothing():
+    from hpu_lab.lazy import S
+    before = torch.get_default_dtype()
+    x = torch.ones(2, device="hpu") + 1
+    torch.set_default_dtype(before)                      # no change: nothing launched
+    import pytest
+    with pytest.raises(TypeError, match="only floating-point types are supported as the default type"):
+        torch.set_default_dtype(torch.int32)             # torch's own refusal, untouched
+    assert torch.get_default_dtype() is before and len(S.pg.nodes) == 2
+    htcore.mark_step()
+    assert torch.equal(x.cpu(), torch.full((2,), 2.0))

@@ -226,13 +226,13 @@ def _mismatch(recipe, k, t, w, srcs):
     now = torch.get_default_dtype()
     if built is not None and now is not built:
         # not the shape inference: the kernels read torch's default dtype (a factory's, an integer
-        # tensor's true division) when they run, and it changed after the graph was built (on a
-        # Gaudi the graph keeps the dtypes it was built with)
+        # tensor's true division) when they run, and it changed after the graph was built: only an
+        # HPU Graph's replay gets here, as set_default_dtype first runs what was traced (default_dtype.py;
+        # on a Gaudi the graph keeps the dtypes it was built with)
         built, now = str(built).replace("torch.", ""), str(now).replace("torch.", "")
         why = (f"the graph was built while torch's default dtype was {built}, and it ran after "
-               f"torch.set_default_dtype({now}) (before an HPU Graph's replay, or before the device had run what "
-               f"was launched). hpu_lab's device reads the default when it runs: set it back to {built} for the "
-               f"graph, or change it once its results are read")
+               f"torch.set_default_dtype({now}) (an HPU Graph replayed under another default). hpu_lab's device "
+               f"reads the default when it runs: set it back to {built} to replay the graph")
     else:
         why = "the kernel disagrees with hpu_lab's shape inference; refused rather than read as the predicted shape and dtype"
     raise OutputMismatch(
@@ -361,6 +361,15 @@ def synchronize_all(reason="synchronize", src="") -> None:
     if ev.wants(ev.HostSync):
         ev.emit(ev.HostSync(t0, ev.now(), "host", ev.recorder.step, reason=reason, src=src))
     raise_pending_error()
+
+
+def wait_all_quietly() -> None:
+    """Wait until every stream has run what was launched, with no event and no error raised (an
+    error stays for the next sync): the emulator's own wait, not a sync the user's code made."""
+    for s in list(_streams.values()):
+        last = s.last()
+        if last is not None:
+            ev.recorder.wait_for_device(last.done)
 
 
 def raise_pending_error() -> None:
