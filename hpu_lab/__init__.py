@@ -47,9 +47,9 @@ try:
     from . import module_apply as _module_apply  # noqa: E402
 
     _module_apply.install()     # Module.to("hpu") keeps shared parameters shared (claim M12)
-    from . import default_dtype as _default_dtype  # noqa: E402
+    from . import run_settings as _run_settings  # noqa: E402
 
-    _default_dtype.install()    # set_default_dtype: what was traced keeps its dtypes (default_dtype.py)
+    _run_settings.install()     # set_default_dtype & co. leave what was traced as it was (run_settings.py)
     from . import pinned as _pinned  # noqa: E402
 
     _pinned.install()           # tensor.pin_memory() / is_pinned() for the hpu device (pinned.py)

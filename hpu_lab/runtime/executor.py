@@ -227,7 +227,7 @@ def _mismatch(recipe, k, t, w, srcs):
     if built is not None and now is not built:
         # not the shape inference: the kernels read torch's default dtype (a factory's, an integer
         # tensor's true division) when they run, and it changed after the graph was built: only an
-        # HPU Graph's replay gets here, as set_default_dtype first runs what was traced (default_dtype.py;
+        # HPU Graph's replay gets here, as set_default_dtype first runs what was traced (run_settings.py;
         # on a Gaudi the graph keeps the dtypes it was built with)
         built, now = str(built).replace("torch.", ""), str(now).replace("torch.", "")
         why = (f"the graph was built while torch's default dtype was {built}, and it ran after "

@@ -1,4 +1,4 @@
-"""torch's default dtype is an input of a graph: the same ops with the same arguments give float32 or
+"""Settings kernels read when they run (run_settings.py). torch's default dtype is an input of a graph: the same ops with the same arguments give float32 or
 float64 (a factory, an integer tensor's true division) as ``torch.set_default_dtype`` says. A
 Gaudi's lazy graph holds the resolved dtypes; here the meta cache and the recipe cache are keyed by
 the default too. Before, a recipe cached under float32 and found again under float64 ran, returned
@@ -135,3 +135,51 @@ def test_an_unchanged_or_refused_default_launches_nothing():
     assert torch.get_default_dtype() is before and len(S.pg.nodes) == 2
     htcore.mark_step()
     assert torch.equal(x.cpu(), torch.full((2,), 2.0))
+
+
+def test_a_matmul_launched_before_a_new_matmul_precision_gives_cpus_numbers():
+    """'medium' lets a float32 matmul go through bf16 on this CPU: a matmul traced under 'highest'
+    must give CPU's 'highest' numbers even if the device runs it after the change (before: other
+    numbers, silently)."""
+    import threading
+    from hpu_lab.runtime import executor
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(256, 256, generator=g), torch.randn(256, 256, generator=g)
+    before = torch.get_float32_matmul_precision()
+    gate = threading.Event()
+    executor.stream(0).submit_fn(gate.wait)
+    y = a.to("hpu") @ b.to("hpu")
+    htcore.mark_step()
+    opener = threading.Timer(0.2, gate.set)
+    opener.start()
+    try:
+        torch.set_float32_matmul_precision("medium")
+        got = y.cpu()                            # still "medium" when the device could run it
+        medium = a @ b
+    finally:
+        torch.set_float32_matmul_precision(before)
+        opener.cancel()
+        gate.set()
+    assert torch.equal(got, a @ b)
+    assert not torch.equal(medium, a @ b)        # the setting matters here: the test can fail
+
+
+def test_each_setter_launches_the_ops_traced_before_it_changes_anything():
+    det = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    prec = torch.get_float32_matmul_precision()
+    try:
+        with ev.Collector() as c:
+            x = torch.ones(2, device="hpu") * 3
+            torch.use_deterministic_algorithms(det[0], warn_only=det[1])      # unchanged: nothing
+            torch.use_deterministic_algorithms(not det[0])
+            y = x + 1
+            torch.set_float32_matmul_precision(prec)                           # unchanged: nothing
+            torch.set_float32_matmul_precision("high" if prec != "high" else "highest")
+            htcore.mark_step()
+    finally:
+        torch.use_deterministic_algorithms(det[0], warn_only=det[1])
+        torch.set_float32_matmul_precision(prec)
+    assert [e.trigger for e in c.of(ev.GraphBuilt)] == ["torch.use_deterministic_algorithms",
+                                                        "torch.set_float32_matmul_precision"]
+    assert torch.equal(y.cpu(), torch.full((2,), 4.0))
+    assert torch.use_deterministic_algorithms.__wrapped__ is not None

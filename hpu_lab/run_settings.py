@@ -1,0 +1,78 @@
+"""Settings that kernels read when they run: a change leaves what was already traced as it was.
+
+``torch.set_default_dtype``, ``torch.set_float32_matmul_precision`` and
+``torch.use_deterministic_algorithms`` set process-wide state that torch's kernels read when they
+run: a factory's dtype, an integer tensor's true division, whether a float32 matmul may go through
+bf16 (``"medium"`` does on this CPU), which algorithm a kernel picks. On the CPU an op runs when it is
+called, under the settings of that moment; a Gaudi's lazy graph holds the dtypes resolved when each
+op was traced. Here the device runs a graph's kernels later, on its own thread, under whatever the
+settings are then: a graph traced under float32 and run after ``torch.set_default_dtype(torch.float64)``
+returned float64 and failed at the next sync, and a matmul traced under ``"highest"`` and run after
+``set_float32_matmul_precision("medium")`` gave other numbers than CPU's, silently, or not,
+depending on how far behind the device was.
+
+So before such a setting changes, the ops traced under the old one are launched (a graph whose
+GraphBuilt has the setter's name as its trigger: the one graph boundary the emulator adds to the
+user's) and the device runs everything launched. An HPU Graph replayed after the change is the
+limit left: it runs under the new settings (for the default dtype it fails at the next sync, naming
+both dtypes: runtime/executor.py).
+"""
+from __future__ import annotations
+
+import torch
+
+
+def _dtype_changes(d) -> bool:
+    # torch refuses anything else with its own message, untouched (nothing launched for it)
+    return isinstance(d, torch.dtype) and d.is_floating_point and d is not torch.get_default_dtype()
+
+
+def _precision_changes(precision) -> bool:
+    return precision in ("highest", "high", "medium") and precision != torch.get_float32_matmul_precision()
+
+
+def _determinism_changes(mode, *, warn_only=False) -> bool:
+    return isinstance(mode, bool) and isinstance(warn_only, bool) and \
+        (mode, warn_only) != (torch.are_deterministic_algorithms_enabled(),
+                              torch.is_deterministic_algorithms_warn_only_enabled())
+
+
+# torch's setter -> whether a call would change what the kernels read
+_SETTERS = {"set_default_dtype": _dtype_changes,
+            "set_float32_matmul_precision": _precision_changes,
+            "use_deterministic_algorithms": _determinism_changes}
+_originals: dict = {}
+
+
+def settle(setter: str) -> None:
+    """Launch what is pending and wait until the device has run everything launched (before a
+    setting the kernels read changes: ``setter`` names it in the flush's trigger)."""
+    from . import lazy
+    from ._source import user_src
+    from .runtime import executor
+    lazy.flush(f"torch.{setter}", user_src(3))
+    executor.wait_all_quietly()
+
+
+def _wrap(name, orig, changes):
+    def setter(*args, **kwargs):
+        try:
+            changing = changes(*args, **kwargs)
+        except TypeError:            # a call torch refuses: its own message
+            changing = False
+        if changing:
+            settle(name)
+        return orig(*args, **kwargs)
+    setter.__name__ = setter.__qualname__ = name
+    setter.__doc__ = orig.__doc__
+    setter.__wrapped__ = orig
+    return setter
+
+
+def install() -> None:
+    """Idempotent: wrap torch's setters once."""
+    if _originals:
+        return
+    for name, changes in _SETTERS.items():
+        orig = _originals[name] = getattr(torch, name)
+        setattr(torch, name, _wrap(name, orig, changes))
