@@ -15,7 +15,11 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check --no-input
 TORCH  := torch==2.13.0
 # Tools run from the venv (jupyter, and anything the tests start) must come first on PATH.
-RUN    := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" VIRTUAL_ENV="$(CURDIR)/$(VENV)"
+# OpenMP's idle workers sleep instead of spinning: three kernel-running threads (the user's, the
+# device's, autograd's) each have a team, and spinning ones took the cores the emulator needs
+# (hpu_lab/omp.py). A value set by the user is kept.
+OMP_WAIT_POLICY ?= PASSIVE
+RUN    := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" VIRTUAL_ENV="$(CURDIR)/$(VENV)" OMP_WAIT_POLICY=$(OMP_WAIT_POLICY)
 # Extra pytest arguments, e.g. make test PYTEST_ARGS='-m "not browser" -x'
 PYTEST_ARGS ?=
 

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import gc as _gc
 
-import torch as _torch
+from . import omp as _omp
+
+_omp.prefer_passive_wait()   # before torch loads OpenMP: idle workers sleep, not spin (omp.py)
+
+import torch as _torch  # noqa: E402
 
 # Each full collection of the cyclic garbage collector that hpu_lab's own allocations trigger during
 # this import would walk every object torch made (~0.1 s of the import's 0.14 s of CPU here). They

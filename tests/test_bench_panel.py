@@ -55,6 +55,10 @@ def test_runs_of_different_or_uncommitted_code_do_not_pool():
         panel.pool([_run("abc123+dirty", [1.1]), _run("abc123+dirty", [1.1])])
     with pytest.raises(ValueError, match="no commit recorded"):
         panel.pool([_run("", [1.1])])
+    passive, active = _run("abc123", [1.1]), _run("abc123", [1.1])
+    passive["omp_wait_policy"], active["omp_wait_policy"] = "PASSIVE", "ACTIVE"
+    with pytest.raises(ValueError, match="different omp_wait_policy"):
+        panel.pool([passive, active])
 
 
 def test_the_code_version_names_the_commit_and_a_dirty_tree(tmp_path):

@@ -40,6 +40,7 @@ import statistics
 import subprocess
 
 from . import threads
+from .. import omp
 
 TARGET = 0.10
 KINDS = ("plain", "section", "recording")
@@ -188,7 +189,7 @@ def pool(results: list) -> dict:
         raise ValueError("nothing to pool")
     first = results[0]
     for r in results[1:]:
-        for key in ("code", "steps", "kinds"):
+        for key in ("code", "steps", "kinds", "omp_wait_policy"):
             if r.get(key) != first.get(key):
                 raise ValueError(f"cannot pool runs with different {key}: {first.get(key)!r} and {r.get(key)!r}")
     code = first.get("code") or ""
@@ -197,7 +198,8 @@ def pool(results: list) -> dict:
                          "the rounds must all measure one commit")
     rows = [row for r in results for row in r["rows"]]
     return {"rows": rows, "first": first["first"], "over": summaries(rows, first["kinds"]), "steps": first["steps"], "kinds": first["kinds"],
-            "load_before": first["load_before"], "load": results[-1]["load"], "code": code, "runs": len(results)}
+            "load_before": first["load_before"], "load": results[-1]["load"], "code": code, "runs": len(results),
+            "omp_wait_policy": first.get("omp_wait_policy")}
 
 
 def measure(steps: int = 600, rounds: int = 12, batch: int = 64, kinds=("plain", "section"),
@@ -208,6 +210,9 @@ def measure(steps: int = 600, rounds: int = 12, batch: int = 64, kinds=("plain",
     from jupyter_client.manager import start_new_kernel
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    # the kernel that `make lab` starts: OpenMP's idle workers sleep (omp.py; torch is imported
+    # before hpu_lab in SETUP, so only the environment can say it). A value the user set is kept.
+    env.setdefault("OMP_WAIT_POLICY", omp.WAIT_POLICY)
     load_before = os.getloadavg()
     code = code_version(root)
     km, kc = start_new_kernel(kernel_name="python3", env=env)
@@ -232,7 +237,8 @@ def measure(steps: int = 600, rounds: int = 12, batch: int = 64, kinds=("plain",
         km.shutdown_kernel(now=True)
     first, rows = rows[0], rows[1:]
     return {"rows": rows, "first": first, "over": summaries(rows, kinds), "steps": steps, "kinds": list(kinds),
-            "load_before": load_before, "load": os.getloadavg(), "code": code}
+            "load_before": load_before, "load": os.getloadavg(), "code": code,
+            "omp_wait_policy": env["OMP_WAIT_POLICY"]}
 
 
 def _pct(s: dict) -> str:
@@ -245,7 +251,8 @@ def report(r: dict) -> None:
     runs = f" of {r['runs']} runs pooled" if r.get("runs", 1) > 1 else ""
     print(f"\n== Panel overhead: {r['steps']} seed-style MLP steps in a Jupyter kernel, {n} paired rounds (ABBA){runs} ==")
     if r.get("code"):
-        print(f"code: {r['code']}")
+        print(f"code: {r['code']}" + (f", kernel with OMP_WAIT_POLICY={r['omp_wait_policy']}"
+                                      if r.get("omp_wait_policy") else ""))
     med = {k: {m: statistics.median(x[k][m] for x in rows) for m in ("wall", "cpu", "main_cpu")} for k in r["kinds"]}
     for k in r["kinds"]:
         print(f"{k:9s} loop: median wall {med[k]['wall']:5.2f} s, process CPU {med[k]['cpu']:5.2f} s, "
