@@ -1,7 +1,8 @@
 """Settings that kernels read when they run: a change leaves what was already traced as it was.
 
-``torch.set_default_dtype``, ``torch.set_float32_matmul_precision`` and
-``torch.use_deterministic_algorithms`` set process-wide state that torch's kernels read when they
+``torch.set_default_dtype`` (and the deprecated ``torch.set_default_tensor_type``),
+``torch.set_float32_matmul_precision`` and ``torch.use_deterministic_algorithms`` set process-wide
+state that torch's kernels read when they
 run: a factory's dtype, an integer tensor's true division, whether a float32 matmul may go through
 bf16 (``"medium"`` does on this CPU), which algorithm a kernel picks. On the CPU an op runs when it is
 called, under the settings of that moment; a Gaudi's lazy graph holds the dtypes resolved when each
@@ -14,8 +15,8 @@ depending on how far behind the device was.
 So before such a setting changes, the ops traced under the old one are launched (a graph whose
 GraphBuilt has the setter's name as its trigger: the one graph boundary the emulator adds to the
 user's) and the device runs everything launched. An HPU Graph replayed after the change is the
-limit left: it runs under the new settings (for the default dtype it fails at the next sync, naming
-both dtypes: runtime/executor.py).
+limit left: a replay under another default dtype is refused, naming both (graphs/recording.py); one
+under another matmul precision or determinism runs under the new setting.
 """
 from __future__ import annotations
 
@@ -25,6 +26,13 @@ import torch
 def _dtype_changes(d) -> bool:
     # torch refuses anything else with its own message, untouched (nothing launched for it)
     return isinstance(d, torch.dtype) and d.is_floating_point and d is not torch.get_default_dtype()
+
+
+def _tensor_type_changes(t) -> bool:
+    # the deprecated way to set the default dtype (torch.DoubleTensor, or "torch.DoubleTensor")
+    if isinstance(t, str):
+        t = getattr(torch, t[len("torch."):], None) if t.startswith("torch.") else None
+    return _dtype_changes(getattr(t, "dtype", None))
 
 
 def _precision_changes(precision) -> bool:
@@ -39,6 +47,7 @@ def _determinism_changes(mode, *, warn_only=False) -> bool:
 
 # torch's setter -> whether a call would change what the kernels read
 _SETTERS = {"set_default_dtype": _dtype_changes,
+            "set_default_tensor_type": _tensor_type_changes,
             "set_float32_matmul_precision": _precision_changes,
             "use_deterministic_algorithms": _determinism_changes}
 _originals: dict = {}

@@ -54,30 +54,35 @@ def test_the_recompile_says_the_default_dtype_changed():
     assert reasons[-1] == "torch's default dtype changed float32 -> float64 (torch.set_default_dtype)"
 
 
-def test_a_replay_under_another_default_dtype_fails_naming_it_and_the_runtime_recovers():
+def test_a_replay_under_another_default_dtype_is_refused_naming_it_and_the_runtime_recovers():
     """Known limit: the device reads the default dtype when a recipe runs (on a Gaudi a captured
-    graph keeps the dtypes it was built with). Replayed after torch.set_default_dtype, it fails
-    loudly, naming both dtypes and what to do; set back, the same graph replays."""
+    graph keeps the dtypes it was built with). A replay after torch.set_default_dtype is refused at
+    once, naming both dtypes, with nothing launched: the outputs keep their values; set back, the
+    same graph replays. (Before, it ran and the next sync raised an OutputMismatch, or, for a
+    default-dependent value inside the graph, gave other numbers silently.)"""
     import pytest
     from hpu_lab.graphs import HPUGraph
-    from hpu_lab.runtime.executor import OutputMismatch
+    from hpu_lab.graphs._common import HPUGraphError
     before = torch.get_default_dtype()
     x = torch.ones(4, device="hpu")
     g = HPUGraph()
     g.capture_begin()
     y = x * 0.3 + torch.arange(4, device="hpu") / 7
+    inner = (torch.arange(4, device="hpu") / 7).float()      # float32 out whatever the default
     g.capture_end()
     expected = torch.ones(4) * 0.3 + torch.arange(4) / 7
+    x.add_(1)
     try:
         torch.set_default_dtype(torch.float64)
-        g.replay()
-        with pytest.raises(OutputMismatch, match=r"built while torch's default dtype was float32, and it ran "
-                                                 r"after torch.set_default_dtype\(float64\)"):
-            y.cpu()
+        with pytest.raises(HPUGraphError, match=r"captured while torch's default dtype was float32, and it is now "
+                                                r"float64 \(torch.set_default_dtype\)"):
+            g.replay()
     finally:
         torch.set_default_dtype(before)
+    assert torch.equal(y.cpu(), expected)                     # the capture's values: nothing ran
+    assert torch.equal(inner.cpu(), torch.arange(4) / 7)
     g.replay()
-    assert torch.equal(y.cpu(), expected)
+    assert torch.equal(y.cpu(), torch.full((4,), 2.0) * 0.3 + torch.arange(4) / 7)
 
 
 def test_ops_traced_before_a_new_default_keep_their_dtypes():
@@ -183,3 +188,47 @@ def test_each_setter_launches_the_ops_traced_before_it_changes_anything():
                                                         "torch.set_float32_matmul_precision"]
     assert torch.equal(y.cpu(), torch.full((2,), 4.0))
     assert torch.use_deterministic_algorithms.__wrapped__ is not None
+
+
+def test_the_deprecated_set_default_tensor_type_settles_too():
+    import warnings
+    before = torch.get_default_dtype()
+    try:
+        with ev.Collector() as c, warnings.catch_warnings():
+            warnings.simplefilter("ignore")          # torch: set_default_tensor_type is deprecated
+            x = torch.ones(3, device="hpu") * 0.1
+            torch.set_default_tensor_type("torch.DoubleTensor")
+            z = torch.ones(3, device="hpu") * 0.1
+            htcore.mark_step()
+            got_x, got_z = x.cpu(), z.cpu()
+            torch.set_default_tensor_type(torch.FloatTensor)
+    finally:
+        torch.set_default_dtype(before)
+    assert got_x.dtype == torch.float32 and got_z.dtype == torch.float64
+    assert torch.equal(got_x, torch.ones(3) * 0.1)
+    assert [e.trigger for e in c.of(ev.GraphBuilt)][0] == "torch.set_default_tensor_type"
+
+
+def test_a_default_changed_behind_torchs_setters_fails_loudly_at_the_sync():
+    """torch._C._set_default_dtype skips the setters' settling: a graph the device runs after it
+    gives other dtypes than it was built with, and the sync refuses them, saying what happened."""
+    import threading
+    import pytest
+    from hpu_lab.runtime import executor
+    from hpu_lab.runtime.executor import OutputMismatch
+    before = torch.get_default_dtype()
+    gate = threading.Event()
+    executor.stream(0).submit_fn(gate.wait)
+    y = torch.full((3,), 1.0 / 7, device="hpu") * 7
+    htcore.mark_step()
+    try:
+        torch._C._set_default_dtype(torch.float64)
+        gate.set()
+        with pytest.raises(OutputMismatch, match="built while torch's default dtype was float32, and it ran after "
+                                                 "the default became float64 without torch.set_default_dtype"):
+            y.cpu()
+    finally:
+        gate.set()
+        torch.set_default_dtype(before)
+    z = torch.full((3,), 1.0 / 7, device="hpu") * 7                 # the runtime goes on
+    assert torch.equal(z.cpu(), torch.full((3,), 1.0 / 7) * 7)

@@ -23,6 +23,8 @@ import itertools
 import warnings
 import weakref
 
+import torch
+
 from .. import events as ev
 from .. import lazy
 from ..capture import GraphCapture
@@ -216,12 +218,31 @@ class Capture(GraphCapture):
                     st.value = old[1]
 
 
+def _check_default_dtype(rec: Recording) -> None:
+    """Refuse a replay under another default dtype than the capture's. hpu_lab's device reads torch's
+    default dtype when a recipe runs (a factory's dtype, an integer tensor's true division: also in
+    the middle of a graph, where an output's dtype cannot show it), so a replay after
+    ``torch.set_default_dtype`` could give other dtypes or other numbers; on a Gaudi the graph
+    keeps the dtypes it was captured with."""
+    now = torch.get_default_dtype()
+    for step in rec.steps:
+        built = getattr(step.recipe.key, "default_dtype", None)
+        if built is not None and built is not now:
+            built, now = str(built).replace("torch.", ""), str(now).replace("torch.", "")
+            raise HPUGraphError(
+                f"HPUGraph.replay(): the graph was captured while torch's default dtype was {built}, and it is now "
+                f"{now} (torch.set_default_dtype). hpu_lab's device reads the default when a graph runs, so the "
+                f"replay could give other dtypes or numbers: set the default back to {built} around the replay "
+                f"(nothing was launched; on a Gaudi the graph keeps the dtypes it was captured with)")
+
+
 def run(rec: Recording, user=None) -> None:
     """Launch each recorded recipe on the current values of its input storages; rebind outputs.
 
     ``user``: tensors standing for the marked user inputs (replayV3), already checked to have their
     layouts. The caller holds ``lazy.S.lock`` and has flushed pending lazy work.
     """
+    _check_default_dtype(rec)                                     # before anything is drawn or launched
     draws = [Inp(draw(), meta) for draw, meta in rec.regens]    # host draws, in capture order
     made = []
     stream = lazy.S.stream

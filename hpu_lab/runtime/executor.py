@@ -226,13 +226,13 @@ def _mismatch(recipe, k, t, w, srcs):
     now = torch.get_default_dtype()
     if built is not None and now is not built:
         # not the shape inference: the kernels read torch's default dtype (a factory's, an integer
-        # tensor's true division) when they run, and it changed after the graph was built: only an
-        # HPU Graph's replay gets here, as set_default_dtype first runs what was traced (run_settings.py;
-        # on a Gaudi the graph keeps the dtypes it was built with)
+        # tensor's true division) when they run, and it changed after the graph was built. torch's
+        # setters first run what was traced (run_settings.py) and a replay under another default is
+        # refused (graphs/recording.py): only a change behind their backs (torch._C) gets here
         built, now = str(built).replace("torch.", ""), str(now).replace("torch.", "")
-        why = (f"the graph was built while torch's default dtype was {built}, and it ran after "
-               f"torch.set_default_dtype({now}) (an HPU Graph replayed under another default). hpu_lab's device "
-               f"reads the default when it runs: set it back to {built} to replay the graph")
+        why = (f"the graph was built while torch's default dtype was {built}, and it ran after the default "
+               f"became {now} without torch.set_default_dtype. hpu_lab's device reads the default when it "
+               f"runs: set it with torch.set_default_dtype, which first runs what was traced")
     else:
         why = "the kernel disagrees with hpu_lab's shape inference; refused rather than read as the predicted shape and dtype"
     raise OutputMismatch(
