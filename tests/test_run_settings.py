@@ -58,8 +58,8 @@ def test_a_replay_under_another_default_dtype_is_refused_naming_it_and_the_runti
     """Known limit: the device reads the default dtype when a recipe runs (on a Gaudi a captured
     graph keeps the dtypes it was built with). A replay after torch.set_default_dtype is refused at
     once, naming both dtypes, with nothing launched: the outputs keep their values; set back, the
-    same graph replays. (Before, it ran and the next sync raised an OutputMismatch, or, for a
-    default-dependent value inside the graph, gave other numbers silently.)"""
+    same graph replays. (Before, it ran, the next sync raised an OutputMismatch, and the outputs
+    stayed unreadable until a replay under the old default.)"""
     import pytest
     from hpu_lab.graphs import HPUGraph
     from hpu_lab.graphs._common import HPUGraphError

@@ -220,10 +220,10 @@ class Capture(GraphCapture):
 
 def _check_default_dtype(rec: Recording) -> None:
     """Refuse a replay under another default dtype than the capture's. hpu_lab's device reads torch's
-    default dtype when a recipe runs (a factory's dtype, an integer tensor's true division: also in
-    the middle of a graph, where an output's dtype cannot show it), so a replay after
-    ``torch.set_default_dtype`` could give other dtypes or other numbers; on a Gaudi the graph
-    keeps the dtypes it was captured with."""
+    default dtype when a recipe runs (a factory's dtype, an integer tensor's true division), so a
+    replay after ``torch.set_default_dtype`` would give other dtypes (the sync after it raised an
+    OutputMismatch, and the outputs stayed unreadable until a replay under the old default); on a
+    Gaudi the graph keeps the dtypes it was captured with."""
     now = torch.get_default_dtype()
     for step in rec.steps:
         built = getattr(step.recipe.key, "default_dtype", None)
@@ -232,7 +232,7 @@ def _check_default_dtype(rec: Recording) -> None:
             raise HPUGraphError(
                 f"HPUGraph.replay(): the graph was captured while torch's default dtype was {built}, and it is now "
                 f"{now} (torch.set_default_dtype). hpu_lab's device reads the default when a graph runs, so the "
-                f"replay could give other dtypes or numbers: set the default back to {built} around the replay "
+                f"replay would give other dtypes: set the default back to {built} around the replay "
                 f"(nothing was launched; on a Gaudi the graph keeps the dtypes it was captured with)")
 
 
