@@ -2,7 +2,8 @@
 
 ``torch.set_default_dtype`` (and the deprecated ``torch.set_default_tensor_type``),
 ``torch.set_float32_matmul_precision`` and ``torch.use_deterministic_algorithms`` set process-wide
-state that torch's kernels read when they
+state (and ``torch.set_flush_denormal`` the calling thread's: the device's worker is told of it,
+runtime/executor.py's DeviceMode) that torch's kernels read when they
 run: a factory's dtype, an integer tensor's true division, whether a float32 matmul may go through
 bf16 (``"medium"`` does on this CPU), which algorithm a kernel picks. On the CPU an op runs when it is
 called, under the settings of that moment; a Gaudi's lazy graph holds the dtypes resolved when each
@@ -45,11 +46,32 @@ def _determinism_changes(mode, *, warn_only=False) -> bool:
                               torch.is_deterministic_algorithms_warn_only_enabled())
 
 
-# torch's setter -> whether a call would change what the kernels read
+def _flush_changes(mode) -> bool:
+    from .runtime.executor import DeviceMode
+    return isinstance(mode, bool) and mode is not DeviceMode.flush_denormal
+
+
+def _flush_set(supported: bool, mode) -> None:
+    # torch sets the mode for the calling thread only: the device's worker follows it (executor.Launch)
+    from .runtime.executor import DeviceMode
+    if supported:
+        DeviceMode.flush_denormal = mode
+
+
+def flushes_denormals() -> bool:
+    """Whether this thread's CPU kernels flush denormals (torch has no getter for it): a denormal
+    halved comes out as zero."""
+    return torch.full((1,), 1e-39, dtype=torch.float32).mul_(0.5).item() == 0.0
+
+
+# torch's setter -> whether a call would change what the kernels read (and, for a mode the device's
+# worker is told of, what to note once it is set)
 _SETTERS = {"set_default_dtype": _dtype_changes,
             "set_default_tensor_type": _tensor_type_changes,
             "set_float32_matmul_precision": _precision_changes,
-            "use_deterministic_algorithms": _determinism_changes}
+            "use_deterministic_algorithms": _determinism_changes,
+            "set_flush_denormal": _flush_changes}
+_AFTER = {"set_flush_denormal": _flush_set}
 _originals: dict = {}
 
 
@@ -63,7 +85,7 @@ def settle(setter: str) -> None:
     executor.wait_all_quietly()
 
 
-def _wrap(name, orig, changes):
+def _wrap(name, orig, changes, after=None):
     def setter(*args, **kwargs):
         try:
             changing = changes(*args, **kwargs)
@@ -71,7 +93,10 @@ def _wrap(name, orig, changes):
             changing = False
         if changing:
             settle(name)
-        return orig(*args, **kwargs)
+        result = orig(*args, **kwargs)
+        if changing and after is not None:
+            after(result, *args, **kwargs)
+        return result
     setter.__name__ = setter.__qualname__ = name
     setter.__doc__ = orig.__doc__
     setter.__wrapped__ = orig
@@ -82,6 +107,8 @@ def install() -> None:
     """Idempotent: wrap torch's setters once."""
     if _originals:
         return
+    from .runtime.executor import DeviceMode
+    DeviceMode.flush_denormal = flushes_denormals()     # set before hpu_lab was imported, maybe
     for name, changes in _SETTERS.items():
         orig = _originals[name] = getattr(torch, name)
-        setattr(torch, name, _wrap(name, orig, changes))
+        setattr(torch, name, _wrap(name, orig, changes, _AFTER.get(name)))

@@ -232,3 +232,40 @@ def test_a_default_changed_behind_torchs_setters_fails_loudly_at_the_sync():
         torch.set_default_dtype(before)
     z = torch.full((3,), 1.0 / 7, device="hpu") * 7                 # the runtime goes on
     assert torch.equal(z.cpu(), torch.full((3,), 1.0 / 7) * 7)
+
+
+def _bits(t):
+    # compared as integers: with denormals flushed, this thread reads a denormal as zero (.item(),
+    # torch.equal), so the floats cannot tell
+    return t.view(torch.int32)
+
+
+def test_the_device_flushes_denormals_as_torch_set_flush_denormal_last_said():
+    """torch.set_flush_denormal sets the calling thread's mode only: the device's worker kept the
+    mode of the thread that created it, so after a change the same product was flushed to zero on
+    one side and not on the other, silently. Now each launch carries the mode."""
+    x = torch.full((8,), 1e-39)
+    try:
+        for mode in (True, False, True):
+            if not torch.set_flush_denormal(mode):
+                import pytest
+                pytest.skip("this CPU cannot flush denormals")
+            got = (x.to("hpu") * 0.5).cpu()
+            assert torch.equal(_bits(got), _bits(x * 0.5)), mode
+            assert bool((_bits(got) == 0).all()) is mode
+    finally:
+        torch.set_flush_denormal(False)
+
+
+def test_a_product_traced_before_set_flush_denormal_keeps_its_denormals():
+    """Traced, not yet launched, when the mode changes: on CPU the product was computed then, so the
+    device must run it with the old mode (set_flush_denormal launches it first, and waits)."""
+    x = torch.full((8,), 1e-39)
+    y = x.to("hpu") * 0.5
+    try:
+        torch.set_flush_denormal(True)
+        htcore.mark_step()
+        got = y.cpu()
+    finally:
+        torch.set_flush_denormal(False)
+    assert torch.equal(_bits(got), _bits(x * 0.5)) and bool((_bits(got) != 0).all())

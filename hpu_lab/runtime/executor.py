@@ -22,8 +22,17 @@ class DeviceError(RuntimeError):
     """An op failed while the device ran a recipe (raised at the next sync)."""
 
 
+class DeviceMode:
+    """Floating-point modes of the device's kernels that torch sets per thread, on the user's thread
+    only (so the device's worker must be told): ``flush_denormal``, as torch.set_flush_denormal last
+    set it (run_settings.py keeps it). A worker thread starts with the floating-point state of the
+    thread that created it, whatever it was then."""
+    flush_denormal = False
+
+
 class Launch:
-    __slots__ = ("id", "recipe", "inputs", "outputs", "done", "error", "stream", "srcs", "threads", "__weakref__")
+    __slots__ = ("id", "recipe", "inputs", "outputs", "done", "error", "stream", "srcs", "threads", "flush",
+                 "__weakref__")
 
     def __init__(self, recipe, inputs, stream, srcs=None):
         self.id = next(_launch_ids)
@@ -34,6 +43,7 @@ class Launch:
         # calling thread only (OpenMP's per-thread setting), so a worker started before kept the
         # old count and a 4M-element sum on "hpu" differed from CPU's in the last bits (Stream._run)
         self.threads = torch.get_num_threads()
+        self.flush = DeviceMode.flush_denormal     # likewise torch.set_flush_denormal (DeviceMode)
         self.outputs = None
         self.error = None
         self.done = threading.Event()
@@ -282,12 +292,16 @@ class Stream:
         # copy, a stream wait) is left out too (it waits or copies without the lock).
         perf = time.perf_counter_ns
         threads = torch.get_num_threads()
+        flush = None                         # this thread's denormal mode is set by the first launch
         while True:
             launch = self._q.get()
             ev.emulator_python_begin(perf())
             if launch.threads != threads:    # the launching thread's count (see Launch)
                 threads = launch.threads
                 torch.set_num_threads(threads)
+            if launch.flush is not flush:    # as torch.set_flush_denormal last set it (DeviceMode)
+                flush = launch.flush
+                torch.set_flush_denormal(flush)
             if launch.recipe is None:        # a host function in stream order
                 fn = launch.inputs
                 ev.emulator_python_end(perf())
