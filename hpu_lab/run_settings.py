@@ -72,27 +72,45 @@ _SETTERS = {"set_default_dtype": _dtype_changes,
             "use_deterministic_algorithms": _determinism_changes,
             "set_flush_denormal": _flush_changes}
 _AFTER = {"set_flush_denormal": _flush_set}
+
+
+def _mkldnn_changes(on) -> bool:
+    return isinstance(on, bool) and on is not torch._C._get_mkldnn_enabled()
+
+
+def _fp32_precision_changes(backend, op, precision) -> bool:
+    return isinstance(precision, str) and precision != torch._C._get_fp32_precision_getter(backend, op)
+
+
+# torch._C's setters behind torch.backends' knobs, which torch's Python calls by that name when they
+# are set (``torch.backends.mkldnn.flags(enabled=False)``, ``torch.backends.mkldnn.matmul.fp32_precision
+# = "bf16"``): the knob's name for the trigger, and whether a call would change it. (With oneDNN off,
+# a CPU conv2d takes another algorithm: other numbers in the last bits.)
+_C_SETTERS = {"_set_mkldnn_enabled": ("torch.backends.mkldnn.enabled", _mkldnn_changes),
+              "_set_fp32_precision_setter": ("torch.backends fp32_precision", _fp32_precision_changes)}
 _originals: dict = {}
 
 
-def settle(setter: str) -> None:
+def settle(trigger: str) -> None:
     """Launch what is pending and wait until the device has run everything launched (before a
-    setting the kernels read changes: ``setter`` names it in the flush's trigger)."""
+    setting the kernels read changes: ``trigger`` names it, the flush's trigger)."""
     from . import lazy
     from ._source import user_src
     from .runtime import executor
-    lazy.flush(f"torch.{setter}", user_src(3))
+    lazy.flush(trigger, user_src(3))
     executor.wait_all_quietly()
 
 
-def _wrap(name, orig, changes, after=None):
+def _wrap(name, orig, changes, after=None, trigger=None):
+    trigger = trigger or f"torch.{name}"
+
     def setter(*args, **kwargs):
         try:
             changing = changes(*args, **kwargs)
-        except TypeError:            # a call torch refuses: its own message
+        except Exception:            # noqa: BLE001 - a call torch refuses: its own message
             changing = False
         if changing:
-            settle(name)
+            settle(trigger)
         result = orig(*args, **kwargs)
         if changing and after is not None:
             after(result, *args, **kwargs)
@@ -112,3 +130,20 @@ def install() -> None:
     for name, changes in _SETTERS.items():
         orig = _originals[name] = getattr(torch, name)
         setattr(torch, name, _wrap(name, orig, changes, _AFTER.get(name)))
+    for name, (trigger, changes) in _C_SETTERS.items():
+        orig = getattr(torch._C, name, None)
+        if orig is None:             # another torch: nothing to wrap
+            continue
+        _originals["_C." + name] = orig
+        wrapped = _wrap(name, orig, changes, trigger=trigger)
+        setattr(torch._C, name, wrapped)
+        _rebind_knobs(orig, wrapped)
+
+
+def _rebind_knobs(orig, wrapped) -> None:
+    """torch.backends' knobs that hold torch._C's setter itself (``ContextProp``: the assignment
+    ``torch.backends.mkldnn.enabled = False``) call the wrapped one instead."""
+    import torch.backends.mkldnn as mkldnn
+    for value in vars(type(mkldnn)).values():
+        if getattr(value, "setter", None) is orig:
+            value.setter = wrapped

@@ -269,3 +269,46 @@ def test_a_product_traced_before_set_flush_denormal_keeps_its_denormals():
     finally:
         torch.set_flush_denormal(False)
     assert torch.equal(_bits(got), _bits(x * 0.5)) and bool((_bits(got) != 0).all())
+
+
+def test_a_conv_traced_before_onednn_is_switched_gives_cpus_numbers():
+    """With oneDNN off, a CPU conv2d takes another algorithm (other last bits): a conv traced under
+    one mode gives CPU's numbers for that mode, whichever way the knob is set afterwards (the
+    flags() context manager, or the assignment)."""
+    import warnings
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(4, 8, 16, 16, generator=g), torch.randn(16, 8, 3, 3, generator=g)
+    conv = torch.nn.functional.conv2d
+    on = conv(x, w)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")                    # torch: TF32 on oneDNN needs an Intel GPU
+        with torch.backends.mkldnn.flags(enabled=False):
+            off = conv(x, w)
+            y_off = conv(x.to("hpu"), w.to("hpu"))      # traced with oneDNN off, launched after
+    y_on = conv(x.to("hpu"), w.to("hpu"))
+    torch.backends.mkldnn.enabled = False                  # the assignment: it settles too
+    try:
+        htcore.mark_step()
+        got_off, got_on = y_off.cpu(), y_on.cpu()
+    finally:
+        torch.backends.mkldnn.enabled = True
+    assert not torch.equal(on, off)                        # the knob matters here: the test can fail
+    assert torch.equal(got_off, off) and torch.equal(got_on, on)
+
+
+
+def test_a_matmul_traced_before_onednns_fp32_precision_changes_gives_cpus_numbers():
+    """torch.backends.mkldnn.matmul.fp32_precision = "bf16" sends a CPU float32 matmul through bf16."""
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(256, 256, generator=g), torch.randn(256, 256, generator=g)
+    ieee = a @ b
+    y = a.to("hpu") @ b.to("hpu")
+    before = torch.backends.mkldnn.matmul.fp32_precision
+    torch.backends.mkldnn.matmul.fp32_precision = "bf16"
+    try:
+        bf16 = a @ b
+        htcore.mark_step()
+        got = y.cpu()
+    finally:
+        torch.backends.mkldnn.matmul.fp32_precision = before
+    assert not torch.equal(ieee, bf16) and torch.equal(got, ieee)
