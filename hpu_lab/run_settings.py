@@ -1,11 +1,13 @@
 """Settings that kernels read when they run: a change leaves what was already traced as it was.
 
 ``torch.set_default_dtype`` (and the deprecated ``torch.set_default_tensor_type``),
-``torch.set_float32_matmul_precision`` and ``torch.use_deterministic_algorithms`` set process-wide
-state (and ``torch.set_flush_denormal`` the calling thread's: the device's worker is told of it,
-runtime/executor.py's DeviceMode) that torch's kernels read when they
-run: a factory's dtype, an integer tensor's true division, whether a float32 matmul may go through
-bf16 (``"medium"`` does on this CPU), which algorithm a kernel picks. On the CPU an op runs when it is
+``torch.set_float32_matmul_precision``, ``torch.use_deterministic_algorithms`` and torch.backends'
+oneDNN knobs (``mkldnn.enabled``, ``fp32_precision``) set process-wide state, and
+``torch.set_flush_denormal`` the calling thread's (the device's worker is told of it:
+runtime/executor.py's DeviceMode). torch's kernels read that state when they run: a factory's
+dtype, an integer tensor's true division, whether a float32 matmul may go through bf16
+(``"medium"`` does on this CPU), which algorithm a conv takes, whether a denormal result is
+flushed to zero. On the CPU an op runs when it is
 called, under the settings of that moment; a Gaudi's lazy graph holds the dtypes resolved when each
 op was traced. Here the device runs a graph's kernels later, on its own thread, under whatever the
 settings are then: a graph traced under float32 and run after ``torch.set_default_dtype(torch.float64)``

@@ -301,7 +301,9 @@ class Stream:
                 torch.set_num_threads(threads)
             if launch.flush is not flush:    # as torch.set_flush_denormal last set it (DeviceMode)
                 flush = launch.flush
-                torch.set_flush_denormal(flush)
+                # torch's own function, not the user-facing one run_settings wraps: that one would
+                # flush the user's pending graph and wait for the device, from the device's thread
+                torch._C.set_flush_denormal(flush)
             if launch.recipe is None:        # a host function in stream order
                 fn = launch.inputs
                 ev.emulator_python_end(perf())
