@@ -705,6 +705,9 @@ def _build_ops(segments) -> list:
     the run (emit) gets its stamps."""
     from .ops import op_name         # once a build, not once an op (an import statement is ~1 us)
     new, setter, untrack, tracked = object.__new__, object.__setattr__, _untrack, _is_tracked
+    # names by id: an OpOverload's __hash__ is Python (~0.3 us an op); the ops are alive meanwhile
+    # (the stamps hold them), so their ids are theirs
+    names: dict = {}
     made = []
     for cpu, blocked, items, lo, hi, debt in segments:
         it = iter(items[lo:hi] if lo or hi != len(items) else items)
@@ -725,7 +728,10 @@ def _build_ops(segments) -> list:
                         untrack(d)
                     made.append(op)
                     continue
-                op = op_name(op)
+                name = names.get(id(op))
+                if name is None:
+                    name = names[id(op)] = op_name(op)
+                op = name
             e = new(OpAccumulated)
             d = {"t_start": t, "t_end": t, "lane": "host", "step": step, "cpu_ns": cpu,
                  "blocked_ns": blocked, "op": op, "shapes": (), "dtype": "", "src": src}
