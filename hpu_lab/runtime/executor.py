@@ -370,10 +370,7 @@ def stream(index: int = 0) -> Stream:
 def synchronize_all(reason="synchronize", src="") -> None:
     """Wait for every stream; raise the first unreported device error."""
     t0 = ev.now()
-    for s in list(_streams.values()):
-        last = s.last()
-        if last is not None:
-            ev.recorder.wait_for_device(last.done)
+    wait_all_quietly()
     if ev.wants(ev.HostSync):
         ev.emit(ev.HostSync(t0, ev.now(), "host", ev.recorder.step, reason=reason, src=src))
     raise_pending_error()
@@ -381,7 +378,8 @@ def synchronize_all(reason="synchronize", src="") -> None:
 
 def wait_all_quietly() -> None:
     """Wait until every stream has run what was launched, with no event and no error raised (an
-    error stays for the next sync): the emulator's own wait, not a sync the user's code made."""
+    error stays for the next sync): the emulator's own wait, not a sync the user's code made (and
+    the wait of synchronize_all, which adds both)."""
     for s in list(_streams.values()):
         last = s.last()
         if last is not None:
