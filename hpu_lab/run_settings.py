@@ -25,6 +25,10 @@ from __future__ import annotations
 
 import torch
 
+from . import lazy
+from ._source import user_src
+from .runtime import executor
+
 
 def _dtype_changes(d) -> bool:
     # torch refuses anything else with its own message, untouched (nothing launched for it)
@@ -49,15 +53,13 @@ def _determinism_changes(mode, *, warn_only=False) -> bool:
 
 
 def _flush_changes(mode) -> bool:
-    from .runtime.executor import DeviceMode
-    return isinstance(mode, bool) and mode is not DeviceMode.flush_denormal
+    return isinstance(mode, bool) and mode is not executor.DeviceMode.flush_denormal
 
 
 def _flush_set(supported: bool, mode) -> None:
     # torch sets the mode for the calling thread only: the device's worker follows it (executor.Launch)
-    from .runtime.executor import DeviceMode
     if supported:
-        DeviceMode.flush_denormal = mode
+        executor.DeviceMode.flush_denormal = mode
 
 
 def flushes_denormals() -> bool:
@@ -96,9 +98,6 @@ _originals: dict = {}
 def settle(trigger: str) -> None:
     """Launch what is pending and wait until the device has run everything launched (before a
     setting the kernels read changes: ``trigger`` names it, the flush's trigger)."""
-    from . import lazy
-    from ._source import user_src
-    from .runtime import executor
     lazy.flush(trigger, user_src(3))
     executor.wait_all_quietly()
 
@@ -127,8 +126,7 @@ def install() -> None:
     """Idempotent: wrap torch's setters once."""
     if _originals:
         return
-    from .runtime.executor import DeviceMode
-    DeviceMode.flush_denormal = flushes_denormals()     # set before hpu_lab was imported, maybe
+    executor.DeviceMode.flush_denormal = flushes_denormals()     # set before hpu_lab was imported, maybe
     for name, changes in _SETTERS.items():
         orig = _originals[name] = getattr(torch, name)
         setattr(torch, name, _wrap(name, orig, changes, _AFTER.get(name)))
