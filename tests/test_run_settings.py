@@ -1,15 +1,40 @@
-"""Settings kernels read when they run (run_settings.py). torch's default dtype is an input of a graph: the same ops with the same arguments give float32 or
+"""Settings kernels read when they run (run_settings.py).
+
+torch's default dtype is an input of a graph: the same ops with the same arguments give float32 or
 float64 (a factory, an integer tensor's true division) as ``torch.set_default_dtype`` says. A
 Gaudi's lazy graph holds the resolved dtypes; here the meta cache and the recipe cache are keyed by
 the default too. Before, a recipe cached under float32 and found again under float64 ran, returned
 float64 where it had predicted float32, and the next sync raised an OutputMismatch."""
+import threading
+
 import torch
 
 import hpu_lab  # noqa: F401
 from hpu_lab import core as htcore
+from hpu_lab.runtime import executor
 from hpu_lab.compiler.recipe import GraphKey
 from hpu_lab import disk_cache
 from hpu_lab import events as ev
+
+
+class _HeldDevice:
+    """Stream 0 held back: a host function in stream order waits on a gate, so a graph launched
+    inside is launched but not run until the gate opens (``open_after``, from a timer thread; always
+    on leaving)."""
+
+    def __enter__(self):
+        self.gate, self._timer = threading.Event(), None
+        executor.stream(0).submit_fn(self.gate.wait)
+        return self
+
+    def open_after(self, seconds: float) -> None:
+        self._timer = threading.Timer(seconds, self.gate.set)
+        self._timer.start()
+
+    def __exit__(self, *exc):
+        if self._timer is not None:
+            self._timer.cancel()
+        self.gate.set()
 
 
 def _ops(device):
@@ -109,22 +134,16 @@ def test_a_launched_graph_the_device_has_not_run_keeps_its_dtypes():
     """The device is held back (a host function in stream order waits on a gate), so the graph is
     launched but not run when the default changes. set_default_dtype waits for the device: the graph
     runs under the default it was built with. Before, it ran under the new one and the sync raised."""
-    import threading
-    from hpu_lab.runtime import executor
     before = torch.get_default_dtype()
-    gate = threading.Event()
-    executor.stream(0).submit_fn(gate.wait)
-    y = torch.full((4,), 1.0 / 3, device="hpu") * 3
-    htcore.mark_step()
-    opener = threading.Timer(0.2, gate.set)     # opens after set_default_dtype would have returned
-    opener.start()
-    try:
-        torch.set_default_dtype(torch.float64)
-        assert gate.is_set()                    # it waited for the device
-    finally:
-        torch.set_default_dtype(before)
-        opener.cancel()
-        gate.set()
+    with _HeldDevice() as held:
+        y = torch.full((4,), 1.0 / 3, device="hpu") * 3
+        htcore.mark_step()
+        held.open_after(0.2)                    # opens after set_default_dtype would have returned
+        try:
+            torch.set_default_dtype(torch.float64)
+            assert held.gate.is_set()           # it waited for the device
+        finally:
+            torch.set_default_dtype(before)
     got = y.cpu()
     assert got.dtype == torch.float32 and torch.equal(got, torch.full((4,), 1.0 / 3) * 3)
 
@@ -146,25 +165,19 @@ def test_a_matmul_launched_before_a_new_matmul_precision_gives_cpus_numbers():
     """'medium' lets a float32 matmul go through bf16 on this CPU: a matmul traced under 'highest'
     must give CPU's 'highest' numbers even if the device runs it after the change (before: other
     numbers, silently)."""
-    import threading
-    from hpu_lab.runtime import executor
     g = torch.Generator().manual_seed(0)
     a, b = torch.randn(256, 256, generator=g), torch.randn(256, 256, generator=g)
     before = torch.get_float32_matmul_precision()
-    gate = threading.Event()
-    executor.stream(0).submit_fn(gate.wait)
-    y = a.to("hpu") @ b.to("hpu")
-    htcore.mark_step()
-    opener = threading.Timer(0.2, gate.set)
-    opener.start()
-    try:
-        torch.set_float32_matmul_precision("medium")
-        got = y.cpu()                            # still "medium" when the device could run it
-        medium = a @ b
-    finally:
-        torch.set_float32_matmul_precision(before)
-        opener.cancel()
-        gate.set()
+    with _HeldDevice() as held:
+        y = a.to("hpu") @ b.to("hpu")
+        htcore.mark_step()
+        held.open_after(0.2)
+        try:
+            torch.set_float32_matmul_precision("medium")
+            got = y.cpu()                        # still "medium" when the device could run it
+            medium = a @ b
+        finally:
+            torch.set_float32_matmul_precision(before)
     assert torch.equal(got, a @ b)
     assert not torch.equal(medium, a @ b)        # the setting matters here: the test can fail
 
@@ -212,24 +225,21 @@ def test_the_deprecated_set_default_tensor_type_settles_too():
 def test_a_default_changed_behind_torchs_setters_fails_loudly_at_the_sync():
     """torch._C._set_default_dtype skips the setters' settling: a graph the device runs after it
     gives other dtypes than it was built with, and the sync refuses them, saying what happened."""
-    import threading
     import pytest
-    from hpu_lab.runtime import executor
     from hpu_lab.runtime.executor import OutputMismatch
     before = torch.get_default_dtype()
-    gate = threading.Event()
-    executor.stream(0).submit_fn(gate.wait)
-    y = torch.full((3,), 1.0 / 7, device="hpu") * 7
-    htcore.mark_step()
-    try:
-        torch._C._set_default_dtype(torch.float64)
-        gate.set()
-        with pytest.raises(OutputMismatch, match="built while torch's default dtype was float32, and it ran after "
-                                                 "the default became float64 without torch.set_default_dtype"):
-            y.cpu()
-    finally:
-        gate.set()
-        torch.set_default_dtype(before)
+    with _HeldDevice() as held:
+        y = torch.full((3,), 1.0 / 7, device="hpu") * 7
+        htcore.mark_step()
+        try:
+            torch._C._set_default_dtype(torch.float64)
+            held.gate.set()
+            with pytest.raises(OutputMismatch, match="built while torch's default dtype was float32, and it ran "
+                                                     "after the default became float64 without torch.set_default_dtype"):
+                y.cpu()
+        finally:
+            held.gate.set()
+            torch.set_default_dtype(before)
     z = torch.full((3,), 1.0 / 7, device="hpu") * 7                 # the runtime goes on
     assert torch.equal(z.cpu(), torch.full((3,), 1.0 / 7) * 7)
 
