@@ -22,6 +22,13 @@ afterwards. That is approximate: tracing slows the recorder's pure Python more t
 average, so the scaled count still overstates how often a reading falls due (at session 9's code
 it counted ~120 dues a step against 16 untraced). ``dues()`` counts them untraced, without
 tracing, and is the better guide to them.
+
+Also counted: the memory a recording keeps per step (``kept()``, tracemalloc: bytes allocated
+during the steps and still alive after them). Every byte kept is fresh memory, and on this VM each
+fresh 4 KiB page costs a page fault of ~9 us of system time on the thread that touches it first:
+the ~25 KB a live panel keeps per step came to ~4,000 faults and ~38 ms of the user's thread's
+system time per 600-step loop (session 18, docs/gaudi_clock.md section 7), a cost the opcode
+count does not see. Like the opcodes, the bytes are nearly the same on a busy or idle machine.
 """
 from __future__ import annotations
 
@@ -31,6 +38,7 @@ import gc
 import sys
 import threading
 import time
+import tracemalloc
 
 KINDS = ("plain", "collector", "panel")
 _SCALED = ("CPU_READ_NS", "BLOCKED_MIN_NS", "OBSERVER_EXACT_NS", "RUNQ_SLACK_NS", "HAND_OVER_NS")
@@ -182,6 +190,39 @@ def dues(kind: str, step, steps: int = 100) -> dict:
     return {k: v / steps for k, v in n.items()}
 
 
+def kept(kind: str, step, steps: int = 100) -> dict:
+    """Bytes allocated during ``steps`` steps while ``kind`` observes and still alive after them
+    (the device synchronized, garbage collected), per step, with the lines that keep the most
+    (``top``: [(file:line, bytes a step)]). Plain, what is kept is the loop's own live state (its
+    tensors, warm caches: ~150 KB in all, the same after 100 or 600 steps), not a cost per step:
+    the report gives what an observer keeps beyond it."""
+    import torch
+    stop = _observer(kind)
+    try:
+        for _ in range(2):
+            step()
+        torch.hpu.synchronize()
+        gc.collect()
+        was_tracing = tracemalloc.is_tracing()
+        tracemalloc.start()
+        try:
+            before = tracemalloc.take_snapshot()
+            for _ in range(steps):
+                step()
+            torch.hpu.synchronize()
+            gc.collect()
+            after = tracemalloc.take_snapshot()
+        finally:
+            if not was_tracing:
+                tracemalloc.stop()
+    finally:
+        stop()
+    diff = after.compare_to(before, "lineno")
+    top = [(f"{d.traceback[0].filename.rsplit('/', 2)[-1]}:{d.traceback[0].lineno}", d.size_diff / steps)
+           for d in diff[:5] if d.size_diff > 0]
+    return {"bytes": sum(d.size_diff for d in diff) / steps, "top": top}
+
+
 # "none due": thresholds so long that no reading falls due inside the count: the recording's cost
 # per event, the same in every run; "as untraced": scaled by the tracing slowdown, the readings as
 # often per step as in the loop itself (within a few percent: the slowdown is one sample)
@@ -194,11 +235,13 @@ def measure(steps: int = 5, batch: int = 64, kinds=KINDS) -> dict:
     scale = _slowdown(step, steps)
     out = {"steps": steps, "scale": scale, "none_due": {}, "as_untraced": {}}
     out["dues"] = {}
+    out["kept"] = {}
     for k in kinds:
         out["none_due"][k] = count(k, step, steps, NONE_DUE)
         out["as_untraced"][k] = count(k, step, steps, scale)
         if k != "plain":
             out["dues"][k] = dues(k, step)
+        out["kept"][k] = kept(k, step)
     return out
 
 
@@ -216,6 +259,16 @@ def report(r: dict) -> None:
     print("untraced, per step (wall time decides these: they move with the machine's speed and load):")
     for k, v in r.get("dues", {}).items():
         print(f"  {k:10s} {v['dues']:5.1f} dues, {v['readings']:5.1f} thread-clock readings")
+    kept_ = r.get("kept", {})
+    if kept_:
+        plain = kept_["plain"]["bytes"]
+        print("memory a recording keeps per step, beyond the plain loop's (tracemalloc, 100 steps; each fresh "
+              "4 KiB page costs a page fault):")
+        for k, v in kept_.items():
+            if k == "plain":
+                continue
+            where = ", ".join(f"{w} {b / 1e3:.1f} KB" for w, b in v["top"][:3])
+            print(f"  {k:10s} {(v['bytes'] - plain) / 1e3:6.1f} KB   (most: {where})")
 
 
 def main(argv=None) -> dict:
