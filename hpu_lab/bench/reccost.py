@@ -24,11 +24,11 @@ it counted ~120 dues a step against 16 untraced). ``dues()`` counts them untrace
 tracing, and is the better guide to them.
 
 Also counted: the memory a recording keeps per step (``kept()``, tracemalloc: bytes allocated
-during the steps and still alive after them). Every byte kept is fresh memory, and on this VM each
-fresh 4 KiB page costs a page fault of ~9 us of system time on the thread that touches it first:
-the ~25 KB a live panel keeps per step came to ~4,000 faults and ~38 ms of the user's thread's
-system time per 600-step loop (session 18, docs/gaudi_clock.md section 7), a cost the opcode
-count does not see. Like the opcodes, the bytes are nearly the same on a busy or idle machine.
+during the steps and still alive after them). Every byte kept is fresh memory: each fresh 4 KiB
+page costs a page fault on the thread that touches it first (~2.2 us here, timed on a fresh
+mapping). The ~21 KB a live panel keeps per step came to ~4,000 faults of the user's thread per
+600-step loop, ~9 ms (session 18, docs/gaudi_clock.md section 7), a cost the opcode count does
+not see. Like the opcodes, the bytes are nearly the same on a busy or idle machine.
 """
 from __future__ import annotations
 
@@ -263,7 +263,7 @@ def report(r: dict) -> None:
     if kept_:
         plain = kept_["plain"]["bytes"]
         print("memory a recording keeps per step, beyond the plain loop's (tracemalloc, 100 steps; each fresh "
-              "4 KiB page costs a page fault):")
+              "4 KiB page is a page fault, ~2 us):")
         for k, v in kept_.items():
             if k == "plain":
                 continue
