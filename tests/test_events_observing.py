@@ -874,6 +874,63 @@ def test_threads_stamping_at_once_lose_and_repeat_no_event():
     assert all(e.cpu_ns >= 0 for e in host) and all(a.cpu_ns <= b.cpu_ns for a, b in zip(host, host[1:]))
 
 
+def _built_on(monkeypatch) -> list:
+    """The threads on which DeviceExecution events are built, one entry an event."""
+    built, real = [], ev.DeviceExecution.__init__
+
+    def counted(self, *a, **kw):
+        built.append(threading.current_thread())
+        real(self, *a, **kw)
+    monkeypatch.setattr(ev.DeviceExecution, "__init__", counted)
+    return built
+
+
+def test_the_device_thread_only_queues_what_goes_into_the_run(step, monkeypatch):
+    """While every observer keeps op runs, a device stream's worker builds no DeviceExecution: it
+    queues the fields (emit_device: one tuple, one append; building and emitting it there took
+    10.8 us of cold code a launch), and the host builds each into the run before the next thing it
+    adds, so every execution still arrives, once, after its Launch."""
+    built = _built_on(monkeypatch)
+    with ev.Collector() as c:
+        _run(step, 3)
+    events = c.events
+    assert built and not [t for t in built if t.name.startswith("hpu_lab-")], built
+    launched = {e.launch_id: i for i, e in enumerate(events) if type(e) is ev.Launch}
+    ran = [e.launch_id for e in events if type(e) is ev.DeviceExecution]
+    assert len(launched) >= 6 and sorted(ran) == sorted(set(ran)) and launched.keys() <= set(ran)
+    assert all(launched[k] < i for i, e in enumerate(events) if type(e) is ev.DeviceExecution
+               for k in [e.launch_id] if k in launched)
+
+
+def test_a_device_event_an_observer_takes_at_once_is_delivered_by_the_device_thread(step, monkeypatch):
+    """An observer of DeviceExecution that does not keep runs (a section's end waiting for its
+    launches) gets each from the worker, as it runs, not at the host's next event."""
+    built = _built_on(monkeypatch)
+    got = []
+    with ev.Collector():
+        with ev.subscribe(lambda e: got.append(threading.current_thread()), [ev.DeviceExecution], stamps=False):
+            _run(step, 2)
+    assert len(got) >= 4 and all(t.name.startswith("hpu_lab-") for t in got), got
+    assert len(built) == len(got)
+
+
+def test_device_events_keep_their_place_among_the_hosts(monkeypatch):
+    """A device event queued before the host adds an op or an event to the run reaches observers
+    before them: in the order they came, whichever thread emitted them."""
+    monkeypatch.setattr(ev, "CPU_READ_NS", 10**15)       # the ops go into the open run
+    monkeypatch.setattr(ev, "BLOCKED_MIN_NS", 10**15)
+    with ev.Collector() as c:
+        ev.emit(ev.MarkStep(ev.now(), ev.now(), "host", 0))
+        ev.op_accumulated("aten::a", "x.py:1")
+        ev.emit_device(ev.DeviceExecution, (0, 1, "hpu:0", 0, -1, 0, "", 0, True))
+        ev.op_accumulated("aten::b", "x.py:2")
+        ev.emit(ev.DeviceExecution(1, 2, "hpu:0", 0, launch_id=-2))
+        ev.emit(ev.MarkStep(ev.now(), ev.now(), "host", 0))
+        ev.emit_device(ev.DeviceExecution, (2, 3, "hpu:0", 0, -3, 0, "", 0, True))
+    got = [getattr(e, "op", None) or getattr(e, "launch_id", None) or e.kind for e in c.events]
+    assert got == ["MarkStep", "aten::a", -1, "aten::b", -2, "MarkStep", -3]
+
+
 def _counting_hand_overs(monkeypatch) -> list:
     """The threads that hand a run over, one entry a hand-over."""
     handed, real = [], ev.Recorder._hand_over

@@ -345,9 +345,9 @@ class Stream:
             try:
                 if ev.wants(ev.DeviceExecution):
                     r = launch.recipe
-                    ev.emit(ev.DeviceExecution(t0, t1, self.lane, ev.recorder.step, launch_id=launch.id,
-                                               recipe_id=r.id, key=r.short_key, node_count=r.node_count,
-                                               ok=ok))
+                    # the fields only: the host builds the event if it goes into the op run (emit_device)
+                    ev.emit_device(ev.DeviceExecution, (t0, t1, self.lane, ev.recorder.step, launch.id, r.id,
+                                                        r.short_key, r.node_count, ok))
             finally:
                 launch.done.set()
                 ev.emulator_python_end(perf())
