@@ -1498,7 +1498,7 @@ class Recorder:
         with self._handing:
             with self._host.lock:
                 if self._device_q:
-                    self._settle()          # (the queued device events go in after a settle)
+                    self._drain_device()    # the device events queued so far, for the late observers too
                 parts = self._late_pending()
             self._give_late(parts)
 
