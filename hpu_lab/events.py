@@ -12,11 +12,10 @@ a panel) keeps the run and builds its events only when its list is read. While e
 keeps runs or takes its kinds late (``subscribe(late=True)``: the global metrics, which hand the
 run over before they are read), the other events go into the run too, host events stamped when it
 is settled, device events queued as they come and put into the run by the next event or op the
-host adds to it, in the order they came (``emit``, ``emit_device``), and the run is handed over when
-someone asks
-(``flush``) or once ``KEPT_STAMPS_MAX`` stamp items are kept; the late observers get their events
-every ``HAND_OVER_NS`` (20 ms) without a hand-over: in a recorded training loop no event is
-delivered at once, and a 600-step loop is handed over once, at its end.
+host adds to it, in the order they came (``emit``, ``emit_device``), and the run is handed over
+when someone asks (``flush``) or once ``KEPT_STAMPS_MAX`` stamp items are kept; the late observers
+get their events every ``HAND_OVER_NS`` (20 ms) without a hand-over: in a recorded training loop
+no event is delivered at once, and a 600-step loop is handed over once, at its end.
 
 Times are ``time.perf_counter_ns()`` from one monotonic clock. ``lane`` is ``"host"`` or
 ``"hpu:<stream>"``. ``step`` is the number of mark_steps seen so far when the event began.
@@ -842,9 +841,9 @@ class Recorder:
         # what they got: _ready's segments before _late_ready, _ops's items before _late_ops
         self._late_ready = 0
         self._late_ops = 0
-        # device events (the streams' workers) waiting for the host's next settle to go into the run:
-        # an Event, or (class, fields) to build it from (emit_device); appended without a lock
-        # (deque.append: one C call), taken under hc.lock (_drain_device)
+        # device events (the streams' workers) waiting to go into the run, before the next thing the
+        # host adds to it or a settle: an Event, or (class, fields) to build it from (emit_device);
+        # appended without a lock (deque.append: one C call), taken under hc.lock (_drain_device)
         self._device_q: collections.deque = collections.deque()
 
     def _settle(self) -> None:
