@@ -986,6 +986,23 @@ def test_late_observers_get_their_events_while_a_loop_runs(step, monkeypatch):
     assert n <= took // ev.HAND_OVER_NS + 2, (n, steps)
 
 
+def test_a_late_observer_gets_the_device_events_queued_for_the_run(monkeypatch):
+    """A device event queued for the run (the metrics' collective count takes Collective late)
+    reaches a late observer at its next turn (HAND_OVER_NS), before the run is handed over."""
+    monkeypatch.setattr(ev, "HAND_OVER_NS", 0)            # every emit gives the late observers their turn
+    handed = _counting_hand_overs(monkeypatch)
+    seen = []
+    with ev.Collector():
+        with ev.subscribe(seen.append, [ev.Collective], stamps=False, late=True):
+            worker = threading.Thread(target=lambda: ev.emit(ev.Collective(0, 1, "hpu:0", 0, op="all_reduce")))
+            worker.start()
+            worker.join()
+            del handed[:]
+            ev.emit(ev.MarkStep(ev.now(), ev.now(), "host", 0))
+            got, hand_overs = [e.op for e in seen], len(handed)
+    assert got == ["all_reduce"] and hand_overs == 0
+
+
 def test_the_late_observers_turn_reads_only_the_segments_they_have_not_seen():
     """Settled segments pile up in the run until it is handed over (once a loop, since session 12);
     each turn of the late observers (every HAND_OVER_NS) takes the new ones only. It skipped the
