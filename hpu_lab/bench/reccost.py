@@ -52,10 +52,17 @@ def _loop(batch: int):
     opt = torch.optim.Adadelta(model.parameters(), lr=0.1)
     x, y = torch.randn(batch, 1, 28, 28), torch.randint(0, 10, (batch,))
     step = functools.partial(train_step, model, opt, x, y)
-    for _ in range(5):
+    _steps(step, 5)
+    return step
+
+
+def _steps(step, n: int) -> None:
+    """``n`` steps, then wait until the device has run them: a count starts and ends with nothing
+    pending."""
+    import torch
+    for _ in range(n):
         step()
     torch.hpu.synchronize()
-    return step
 
 
 def _observer(kind: str):
@@ -108,9 +115,7 @@ def count(kind: str, step, steps: int, scale: float) -> dict:
     stop = _observer(kind)
     saved = {n: getattr(ev, n) for n in _SCALED}
     try:
-        for _ in range(2):
-            step()
-        torch.hpu.synchronize()
+        _steps(step, 2)
         gc.collect()
         for n in _SCALED:
             setattr(ev, n, int(saved[n] * scale))
@@ -118,7 +123,7 @@ def count(kind: str, step, steps: int, scale: float) -> dict:
         _on_device(lambda: sys.settrace(c.trace))    # the worker traces the frames it runs next
         sys.settrace(c.trace)
         c.on = True
-        for _ in range(steps):
+        for _ in range(steps):           # here, not in _steps: this frame is not traced, a new one would be
             step()
         torch.hpu.synchronize()
         c.on = False
@@ -137,16 +142,14 @@ def _slowdown(step, steps: int) -> float:
     """How much slower a traced step runs than an untraced one (wall time, one sample each)."""
     import torch
     t = time.perf_counter()
-    for _ in range(steps):
-        step()
-    torch.hpu.synchronize()
+    _steps(step, steps)
     plain = time.perf_counter() - t
     c = _Counter([threading.current_thread()])
     sys.settrace(c.trace)
     c.on = True
     t = time.perf_counter()
     try:
-        for _ in range(steps):
+        for _ in range(steps):           # (as in count: no traced frame of its own)
             step()
         torch.hpu.synchronize()
     finally:
@@ -161,7 +164,6 @@ def dues(kind: str, step, steps: int = 100) -> dict:
     the run-queue baseline or took long, each closing the op run). Wall time decides them, so these
     move with the machine's speed and load, unlike the counts; they are what the "as untraced"
     count stands for."""
-    import torch
     from hpu_lab import events as ev
     n = {"readings": 0, "dues": 0}
     rec, read = ev.recorder, ev.thread_cpu
@@ -176,13 +178,9 @@ def dues(kind: str, step, steps: int = 100) -> dict:
         return after(*a)
     stop = _observer(kind)
     try:
-        for _ in range(2):
-            step()
-        torch.hpu.synchronize()
+        _steps(step, 2)
         ev.thread_cpu, rec._after_observers = counted_read, counted_after
-        for _ in range(steps):
-            step()
-        torch.hpu.synchronize()
+        _steps(step, steps)
     finally:
         ev.thread_cpu = read
         del rec._after_observers                  # the method again
@@ -196,20 +194,15 @@ def kept(kind: str, step, steps: int = 100) -> dict:
     (``top``: [(file:line, bytes a step)]). Plain, what is kept is the loop's own live state (its
     tensors, warm caches: ~150 KB in all, the same after 100 or 600 steps), not a cost per step:
     the report gives what an observer keeps beyond it."""
-    import torch
     stop = _observer(kind)
     try:
-        for _ in range(2):
-            step()
-        torch.hpu.synchronize()
+        _steps(step, 2)
         gc.collect()
         was_tracing = tracemalloc.is_tracing()
         tracemalloc.start()
         try:
             before = tracemalloc.take_snapshot()
-            for _ in range(steps):
-                step()
-            torch.hpu.synchronize()
+            _steps(step, steps)
             gc.collect()
             after = tracemalloc.take_snapshot()
         finally:
