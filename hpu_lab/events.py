@@ -1496,8 +1496,8 @@ class Recorder:
             return
         with self._handing:
             with self._host.lock:
-                if self._device_q:
-                    self._drain_device()    # the device events queued so far, for the late observers too
+                # (no drain of queued device events here: every caller has just put them into the run,
+                # before the op or event it stamped; one queued since waits for the next turn)
                 parts = self._late_pending()
             self._give_late(parts)
 
