@@ -501,6 +501,16 @@ CPU_READ_NS = 2_000_000
 # nearly every reading (2.8 times a step); at 500 us, about every other reading (1.4 a step).
 RUNQ_SLACK_NS = 500_000
 
+# A thread that runs no user code (autograd's, which runs backward) has no gap of its own measured:
+# its baseline serves only a gap of the user's thread that ends while it stamped last
+# (_ThreadClock.busy_since_stamp: its CPU and wait for a core since its last stamp are not the
+# user's blocked time). That thread is idle between backward passes, so at the first op of each
+# pass the slack above was always spent, and the baseline was read at every pass (~10 us a
+# training step in place). It is kept this long instead: such a gap then also subtracts the
+# thread's waits for a core in the passes since the read, at most this much wall time of them
+# (a wait the user's thread counts as blocked can only come out smaller, never larger).
+RUNQ_HELPER_NS = 20_000_000
+
 # Observers that return within this much wall time are charged their wall time as their CPU time
 # (a list.append, a collector: the chance of being descheduled inside ~1 us is nil); longer ones
 # are charged their exact CPU time, which costs a second thread-clock reading (~2 us on a VM).
@@ -578,16 +588,26 @@ class _ThreadClock:
         except (OSError, IndexError, ValueError):
             return 0
 
-    def renew_runq(self, mark) -> bool:
+    def renew_runq(self, mark, waited: int = 0) -> bool:
         """At a thread-clock reading ``mark`` (wall, thread CPU): the run-queue baseline read again
         unless the thread was off the CPU at most RUNQ_SLACK_NS since it was read, so waited for a
         core at most that long: the baseline still holds (a thread-clock reading, not a /proc read:
-        ~0.5 against ~21 us in place). (More CPU than wall time: not one clock; read.) True: read."""
+        ~0.5 against ~21 us in place). (More CPU than wall time: not one clock; read.) True: read.
+
+        ``waited``: wall time in between that the thread spent waiting for another host thread that
+        runs no user code (the user's thread blocked in backward() while autograd's ran it): a
+        blocked thread is in no run queue, so that time off the CPU is not counted against the
+        slack. A thread that runs no user code (autograd's) keeps its baseline up to
+        RUNQ_HELPER_NS (see there). Both spare the two reads a thread switch took (~20 us a
+        training step in place)."""
         m = self.runq_mark
         w = mark[0]
         self.runq_at = w
-        if m is not None and -RUNQ_SLACK_NS <= (w - m[0]) - (mark[1] - m[1]) <= RUNQ_SLACK_NS:
-            return False
+        if m is not None:
+            off = (w - m[0]) - (mark[1] - m[1])
+            if -RUNQ_SLACK_NS <= off and (off - waited <= RUNQ_SLACK_NS
+                                         or (not self.runs_user_code and w - m[0] < RUNQ_HELPER_NS)):
+                return False
         self.last_runq, self.runq_mark = self._runq(), mark
         return True
 
@@ -1212,6 +1232,11 @@ class Recorder:
         if not clock.last_end <= start <= w0 or w0 - start >= OBSERVER_EXACT_NS:
             start = w0
         d = event.__dict__
+        # the user's thread back from waiting for a thread that runs no user code (backward() on
+        # autograd's): the wall time from its own last stamp to that thread's last (renew_runq)
+        other = hc.last_clock
+        waited = (hc.last_wall - clock.last_end
+                  if other is not None and other is not clock and not other.runs_user_code else 0)
         with hc.lock:
             self._catch_up(clock)
             true_prev = clock.last_user - clock.debt     # the thread's clock at its previous stamp
@@ -1259,7 +1284,7 @@ class Recorder:
                 self._add_ready(hc.cpu, hc.blocked, [w0, event, "", 0, w0, clock, 0])
         if not defer:
             self._deliver(event, everyone, some)
-        self._after_observers(clock, start, _perf_ns(), user, mark)
+        self._after_observers(clock, start, _perf_ns(), user, mark, waited)
 
     def _defer_device(self, event: Event) -> None:
         """A device event into the op run (emit; any thread: the device streams' workers): queued
@@ -1327,7 +1352,8 @@ class Recorder:
                 hc.last_clock = clock
                 self._open_run(clock)
 
-    def _after_observers(self, clock: _ThreadClock, start: int, t: int, user: int, mark=None) -> None:
+    def _after_observers(self, clock: _ThreadClock, start: int, t: int, user: int, mark=None,
+                         waited: int = 0) -> None:
         """The end of a host event's emit (``t``: now): a fresh run-queue baseline, and what the
         emit cost since ``start`` (building the event, stamping, observers, the baseline read)
         charged to the observers, not to the user's CPU time (``user`` at this stamp): short ones
@@ -1346,7 +1372,7 @@ class Recorder:
             if mark is None:                        # due during the observers (rare): read now
                 c = thread_cpu()
                 mark = (t, c)
-            if clock.renew_runq(mark):
+            if clock.renew_runq(mark, waited):
                 c = None                            # the read's own CPU is the observers' too
             t = _perf_ns()
         with self._host.lock:

@@ -729,6 +729,45 @@ def test_a_thread_often_off_the_cpu_reads_the_baseline_about_every_other_reading
     assert len(reads) <= due // 2 + 1, (len(reads), due)
 
 
+def test_time_spent_waiting_for_a_helper_thread_does_not_spend_the_baselines_slack():
+    """The user's thread blocked in backward() while autograd's thread ran it was off the CPU, but in
+    no run queue: that wait (``waited``: from its last stamp to the helper's last) is not counted
+    against RUNQ_SLACK_NS. Before, the thread switch back read the baseline at every step (~10 us
+    in place). Time off the CPU beyond it still is."""
+    clock = ev._ThreadClock(0)
+    assert clock.runs_user_code
+    ms = 1_000_000
+    clock.runq_mark = (0, 0)
+    assert not clock.renew_runq((3 * ms, 2 * ms // 10), waited=2_600_000)   # 2.8 ms off, 2.6 waited
+    clock.runq_mark = (0, 0)
+    assert clock.renew_runq((3 * ms, 2 * ms // 10), waited=2 * ms)           # 0.8 ms off beside it
+    clock.runq_mark = (0, 0)
+    assert clock.renew_runq((3 * ms, 2 * ms // 10))                          # nothing waited
+    clock.runq_mark = (0, 0)
+    assert clock.renew_runq((3 * ms, 4 * ms), waited=2 * ms)                 # more CPU than wall: read
+
+
+def test_a_thread_without_user_code_reads_its_baseline_at_most_every_helper_period(step, monkeypatch):
+    """Autograd's thread is idle between backward passes, so the slack was always spent at the first
+    op of a pass and its baseline read at every pass (~10 us a training step in place). Its
+    baseline only serves a gap of the user's thread that ends while it stamped last: it is read at
+    most every RUNQ_HELPER_NS instead. Counted over a loop of ~10 backward passes a period."""
+    reads = []
+    real = ev._ThreadClock._runq
+
+    def counted(self):
+        if not self.runs_user_code and sys._getframe(1).f_code.co_name == "renew_runq":
+            reads.append(time.perf_counter_ns())
+        return real(self)
+    monkeypatch.setattr(ev._ThreadClock, "_runq", counted)
+    monkeypatch.setattr(ev, "RUNQ_HELPER_NS", 10**15)       # (a loaded machine stretches the loop)
+    with ev.Collector() as c:
+        _run(step, 12)
+    passes = sum(1 for e in c.events if type(e) is ev.OpAccumulated and e.src == "<backward>"
+                 and e.op.startswith("aten::"))
+    assert passes >= 12 and len(reads) <= 1, (passes, len(reads))
+
+
 def test_a_stamp_that_read_the_clock_is_not_read_again_after_short_observers(monkeypatch):
     """A due (a stamp that reads the thread clock) knows the user's CPU there; the observers' work
     after it (here ~50 us: past OBSERVER_EXACT_NS) is charged its wall time, as after a stamp that
