@@ -694,11 +694,22 @@ class OpRun:
         made = self._made
         if made is not None:
             return [e for e in made if type(e) is not OpAccumulated]
-        segments = self._segments
-        if segments is None:                 # built meanwhile, on another thread
-            return self.host_events()
-        return [x for _cpu, _blocked, items, lo, hi, _debt in segments for x in items[lo + 1:hi:OP_FIELDS]
-                if isinstance(x, Event)]
+        with self._build_lock:
+            segments = self._segments
+            if segments is None:             # built meanwhile, on another thread
+                return [e for e in self._made if type(e) is not OpAccumulated]
+            out = []
+            for _cpu, _blocked, items, lo, hi, _debt in segments:
+                slots = items[lo + 1:hi:OP_FIELDS]
+                if tuple in set(map(type, slots)):
+                    # device events kept as their fields (Recorder._drain_device): built once, in
+                    # their place, so that events() later gives the same objects
+                    for k in range(lo + 1, hi, OP_FIELDS):
+                        if type(items[k]) is tuple:
+                            items[k] = _device_event(items[k])
+                    slots = items[lo + 1:hi:OP_FIELDS]
+                out += [x for x in slots if isinstance(x, Event)]
+            return out
 
     def __repr__(self) -> str:
         return f"<OpRun of {self._n} events>"
@@ -740,6 +751,8 @@ def _build_ops(segments) -> list:
                 got -= paid
             cpu += got
             if type(op) is not str:
+                if type(op) is tuple:        # a device event kept as its fields (_drain_device)
+                    op = _device_event(op)
                 if isinstance(op, Event):
                     d = op.__dict__
                     if d["lane"] == "host":          # a device event (emit) is not stamped
@@ -760,6 +773,11 @@ def _build_ops(segments) -> list:
             untrack(e)                       # see _gc_untracker; a dict display of untracked values
             made.append(e)                   # (numbers, strings, ()) is made untracked already
     return made
+
+
+def _device_event(x: tuple) -> Event:
+    """A device event the op run kept as (class, positional fields) (Recorder._drain_device)."""
+    return x[0](*x[1])
 
 
 def _credit(clock: _ThreadClock, wall: int) -> int:
@@ -897,14 +915,19 @@ class Recorder:
         chain of the stamp added last (its t as its own t and prev, that stamp's clock and cum), so
         that _settle's sums over the chain are unchanged (they telescope: it adds t - prev = 0).
 
-        Built here, on the host's thread, from the fields the worker queued (emit_device): on the
+        Not built here either: the fields the worker queued (emit_device) go into the run as they
+        are, and the event is built when the run is read (_build_ops, OpRun.host_events). On the
         worker, where the recorder's code runs twice a step and is always cold, building and
         emitting a DeviceExecution took 10.8 us (median, in place: 5.5 to build, 4.1 to emit under
-        the host clock's lock); the worker now makes one tuple and one append (deque.append)."""
+        the host clock's lock); built here, on the host's thread between two ops, it still took ~6
+        us (session 19, in place: ~12 us a training step). Unless a late observer takes its kind:
+        those look at the run's events by type (_give_late), so it is built now."""
         q, ops = self._device_q, self._ops
+        late = self._kinds_late
         for _ in range(len(q)):             # (a worker may append meanwhile: those wait for the next)
-            x = q.popleft()
-            e = x if isinstance(x, Event) else x[0](*x[1])
+            e = q.popleft()
+            if type(e) is tuple and e[0] in late:
+                e = _device_event(e)
             if len(ops) > self._settled:     # (a settled stamp's chain is applied already)
                 last = ops[-OP_FIELDS:]      # one C call: another host thread may be adding an op
                 ops += (last[0], e, "", 0, last[0], last[5], last[6])
