@@ -768,6 +768,35 @@ def test_a_thread_without_user_code_reads_its_baseline_at_most_every_helper_peri
     assert passes >= 12 and len(reads) <= 1, (passes, len(reads))
 
 
+def test_a_backward_pass_starts_in_the_run_without_settling_the_forwards_ops(step, monkeypatch):
+    """The first op of each backward pass (autograd's thread, while the user's waits) is kept in the
+    run with a thread-clock reading beside it, as a due's: the forward's ops are settled later,
+    with it, in order. It took _op_due's whole way before (35-60 us in place: a settle, two locked
+    sections, a segment). The host lane is unchanged: test_perfmodel_host_time compares it with
+    the two threads' CPU."""
+    main = threading.main_thread()
+    settles, switches = [], []
+    real_settle, real_switch = ev.Recorder._settle, ev.Recorder._switch_in_run
+
+    def settle(self):
+        settles.append(threading.current_thread())
+        real_settle(self)
+
+    def switch(self, *a):
+        switches.append(threading.current_thread())
+        real_switch(self, *a)
+    monkeypatch.setattr(ev.Recorder, "_settle", settle)
+    monkeypatch.setattr(ev.Recorder, "_switch_in_run", switch)
+    with ev.Collector() as c:
+        _run(step, 6)
+    assert len(switches) >= 5 and main not in switches, switches
+    assert len([t for t in settles if t is not main]) <= 1, settles      # was: one a pass
+    backward = [e for e in c.events if type(e) is ev.OpAccumulated and e.src == "<backward>"]
+    assert backward and all(e.cpu_ns >= 0 for e in backward)
+    cpu = [e.cpu_ns for e in c.events if e.lane == "host"]
+    assert cpu == sorted(cpu)                    # the host clock only grows, in the stream's order
+
+
 def test_a_stamp_that_read_the_clock_is_not_read_again_after_short_observers(monkeypatch):
     """A due (a stamp that reads the thread clock) knows the user's CPU there; the observers' work
     after it (here ~50 us: past OBSERVER_EXACT_NS) is charged its wall time, as after a stamp that
