@@ -1239,6 +1239,17 @@ class Recorder:
         if hc.last_clock is clock:           # its last stamp may be an op's (op_accumulated)
             clock.last_end = hc.last_wall
         last_end = clock.last_end
+        other = hc.last_clock
+        if (other is not None and other is not clock and not other.runs_user_code and self._run_until
+                and clock.gap_end is None and self._defer and type(event) not in self._kinds_now
+                and event.t_start - hc.last_wall <= BLOCKED_MIN_NS):
+            # back from waiting for a thread that runs no user code (backward() on autograd's),
+            # with no gap: into the run with a reading (_switch_in_run)
+            start = event.t_end
+            if not hc.last_wall <= start <= w0 or w0 - start >= OBSERVER_EXACT_NS:
+                start = w0
+            self._switch_in_run(start, event, "", 0, clock, hc, hc.last_wall - last_end)
+            return
         if (w0 - last_end <= BLOCKED_MIN_NS and w0 - clock.read_at < CPU_READ_NS and clock.gap_end is None
                 and event.t_start - hc.last_wall <= BLOCKED_MIN_NS and w0 - clock.runq_at <= CPU_READ_NS):
             # the common case (a live panel: ~15 events a step besides the op events, tens of us
@@ -1256,8 +1267,8 @@ class Recorder:
             start = w0
         d = event.__dict__
         # the user's thread back from waiting for a thread that runs no user code (backward() on
-        # autograd's): the wall time from its own last stamp to that thread's last (renew_runq)
-        other = hc.last_clock
+        # autograd's), after a gap or with an event taken at once: the wall time from its own last
+        # stamp to that thread's last (renew_runq)
         waited = (hc.last_wall - clock.last_end
                   if other is not None and other is not clock and not other.runs_user_code else 0)
         with hc.lock:
@@ -1487,7 +1498,7 @@ class Recorder:
             self._read_in_run(t, op, src, clock, hc)
             return True
         if other and self._run_until and not clock.runs_user_code:
-            self._switch_in_run(t, op, src, clock, hc)
+            self._switch_in_run(t, op, src, self.step, clock, hc)
             return True
         with hc.lock:
             self._catch_up(clock)
@@ -1526,21 +1537,24 @@ class Recorder:
         hc.last_wall = end = _perf_ns()
         self._run_until = min(due, end + self._run_gap)
 
-    def _switch_in_run(self, t: int, op, src: str, clock: _ThreadClock, hc: "_HostClock") -> None:
-        """_op_due for the first op of a thread that runs no user code while another thread's run
-        is open (autograd's thread starting a backward pass the user's thread waits for): its
-        thread clock read now, the op kept in the run with the reading beside it, as _read_in_run
-        keeps a due's, and the run handed to this thread. The ops before it are settled later, with
-        it (_settle: those up to it by wall time, it by the reading, in order), not here. Its own
-        previous stamp's end (``prev``) is where the bookkeeping of its last op, in the previous
-        pass, ended (_settle_read charges it to the observers, as _catch_up did).
+    def _switch_in_run(self, t: int, op, src: str, step: int, clock: _ThreadClock, hc: "_HostClock",
+                       waited: int = 0) -> None:
+        """The first stamp of a thread while another thread's run is open, kept in the run (``op``:
+        an op, or a host event that goes into the run, at ``t``): the thread clock read now and kept
+        beside it, as _read_in_run keeps a due's, and the run handed to this thread. The stamps
+        before it are settled later, with it (_settle: those up to it by wall time, it by the
+        reading, in order), not here. Its own previous stamp's end (``prev``) is where the
+        bookkeeping of its last stamp ended (_settle_read charges it to the observers, as
+        _catch_up did). Two cases, the two ends of every backward pass: the first op of a thread
+        that runs no user code (autograd's: _op_due), and the user's thread back from waiting for
+        it, with no gap (emit; ``waited``: see renew_runq).
 
-        Before (session 19, in place): every backward pass began with _op_due's whole way, 35-60 us
-        (the settle of the forward's ops, two locked sections, a segment, the observers' charge,
-        the run reopened) against ~20 for a due in the run."""
+        Before (session 19, in place): the first took _op_due's whole way, 35-60 us (the settle of
+        the forward's ops, two locked sections, a segment, the observers' charge, the run
+        reopened), the second emit's, ~30 us, against ~15-20 for a due in the run."""
         r = _perf_ns()
         cpu = thread_cpu()
-        clock.renew_runq((r, cpu))
+        clock.renew_runq((r, cpu), waited)
         clock.read_at = r
         with hc.lock:
             if self._device_q:
@@ -1552,7 +1566,7 @@ class Recorder:
             self._reads.append((len(ops), r, cpu, clock.observers, clock))
             prev = clock.last_end
             self._run_cum = cum = self._run_cum + t - prev
-            ops += (t, op, src, self.step, prev, clock, cum)
+            ops += (t, op, src, step, prev, clock, cum)
             hc.last_clock = clock
         if r - self._handed_at > HAND_OVER_NS:
             self._deliver_late()             # (HAND_OVER_NS)
