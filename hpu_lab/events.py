@@ -662,7 +662,7 @@ class OpRun:
     _build_lock = threading.Lock()
 
     def __init__(self, segments: list):
-        # [(cpu_ns before the first, blocked_ns, [t, op, src, step, prev, clock, cum, t, ...], lo, hi, debt)]:
+        # [(cpu_ns before the first, blocked_ns, [t, op, src, step, prev, clock, t, ...], lo, hi, debt)]:
         # the stamps items[lo:hi] (a segment may be a range of a longer list: Recorder._settle), whose
         # first wall time up to ``debt`` paid back what the thread's credit ran ahead (_credit)
         self._segments = segments
@@ -715,14 +715,15 @@ class OpRun:
         return f"<OpRun of {self._n} events>"
 
 
-# An op stamp, kept flat in a list (seven items an op, no tuple: a kept tuple would count towards the
+# An op stamp, kept flat in a list (six items an op, no tuple: a kept tuple would count towards the
 # next garbage collection): its stamp t, op, src, step; prev, the wall time from which the user's CPU
-# time since the thread's previous stamp is counted (that stamp's end); the thread's _ThreadClock;
-# cum, a running sum of t - prev over the stamps added to ``Recorder._ops`` (each adds its own to
-# the previous one's), so that settling a range of them reads its ends, not every stamp (_settle).
+# time since the thread's previous stamp is counted (that stamp's end); the thread's _ThreadClock.
 # ``op`` is the op's name, or the op itself (named when the event is built), or an event put
-# into the run by emit (a host event stamped when built; src and step unused).
-OP_FIELDS = 7
+# into the run by emit (a host event stamped when built; src and step unused), or a device event's
+# (class, fields) (_drain_device). Until session 19 a seventh item, a running sum of t - prev, let
+# a settle read a range's ends instead of summing it: one more int an op on the loop's path (32
+# bytes kept, a few bytecodes), where the settle sums two slices in C (_settle_to).
+OP_FIELDS = 6
 
 
 def _op_name(op) -> str:
@@ -743,7 +744,7 @@ def _build_ops(segments) -> list:
     made = []
     for cpu, blocked, items, lo, hi, debt in segments:
         it = iter(items[lo:hi] if lo or hi != len(items) else items)
-        for t, op, src, step, prev, _clock, _cum in zip(it, it, it, it, it, it, it):
+        for t, op, src, step, prev, _clock in zip(it, it, it, it, it, it):
             got = t - prev                   # credited, as _settle credited the range: a debt first
             if debt:
                 paid = min(got, debt)
@@ -844,7 +845,7 @@ class Recorder:
         self._kinds_now = frozenset()      # kinds some observer by kind takes at once
         self._kinds_late = frozenset()     # kinds only late observers by kind take
         self._gap_seen = -1                # the gap (host last_wall) whose end a thread has noted
-        # op events stamped (see op_accumulated): t, op, src, step, prev, clock, cum (OP_FIELDS) an
+        # op events stamped (see op_accumulated): t, op, src, step, prev, clock (OP_FIELDS) an
         # op, in order, ``prev`` the end of the thread's previous stamp; those from ``_settled`` on
         # are settled (added to the host clock) at the next stamp of any host event and on every
         # flush, and the list is emptied up to there at each hand-over (a settle neither copies nor
@@ -855,7 +856,6 @@ class Recorder:
         # _read_in_run), applied in order when those stamps are settled: (index of the op's stamp,
         # wall time and thread CPU of the reading, its thread's observers then, its _ThreadClock)
         self._reads: list = []
-        self._run_cum = 0                  # the cum of the latest stamp added to _ops (OP_FIELDS)
         # settled op stamps not yet handed to observers: [(cpu_ns before, blocked_ns, stamps, lo, hi)],
         # the stamps stamps[lo:hi] (a range of _ops, or a list of their own); a hand-over takes them
         self._ready: list = []
@@ -912,8 +912,8 @@ class Recorder:
         in the order they came, each after everything the host added to the run before it: called
         before the host adds anything else to the run (an op, an event, a settle), so the order is
         the order of arrival, as when the worker put them into the run itself. Each continues the
-        chain of the stamp added last (its t as its own t and prev, that stamp's clock and cum), so
-        that _settle's sums over the chain are unchanged (they telescope: it adds t - prev = 0).
+        chain of the stamp added last (its t as its own t and prev, and that stamp's clock), so that
+        _settle's sums over the chain are unchanged (it adds t - prev = 0).
 
         Not built here either: the fields the worker queued (emit_device) go into the run as they
         are, and the event is built when the run is read (_build_ops, OpRun.host_events). On the
@@ -930,9 +930,9 @@ class Recorder:
                 e = _device_event(e)
             if len(ops) > self._settled:     # (a settled stamp's chain is applied already)
                 last = ops[-OP_FIELDS:]      # one C call: another host thread may be adding an op
-                ops += (last[0], e, "", 0, last[0], last[5], last[6])
+                ops += (last[0], e, "", 0, last[0], last[5])
             else:
-                self._add_ready(0, 0, [0, e, "", 0, 0, None, 0])
+                self._add_ready(0, 0, [0, e, "", 0, 0, None])
 
     def _take_device_events(self) -> None:
         """Before the host adds to the op run without the host clock's lock (op_accumulated, emit's
@@ -957,7 +957,7 @@ class Recorder:
         hc = self._host
         base = hc.cpu
         hc.cpu = base + mine
-        self._add_ready(base, hc.blocked, [t, ops[k + 1], ops[k + 2], ops[k + 3], t - mine, c, 0])
+        self._add_ready(base, hc.blocked, [t, ops[k + 1], ops[k + 2], ops[k + 3], t - mine, c])
         self._settled = k + OP_FIELDS
 
     def _settle_to(self, n: int) -> None:
@@ -971,12 +971,12 @@ class Recorder:
         cpu = base = hc.cpu
         F = OP_FIELDS
         c = ops[lo + 5]
-        if ops[n - 2] is c and ops[lo + 5:n:F].count(c) == (n - lo) // F:
-            # one thread's run (nearly always): the user's time is the sum of t - prev, read from
-            # the running sums (cum) at the range's ends; the observers' the gaps from each stamp
-            # to the next one's prev: from the first prev to the last t, less the user's time
+        if ops[n - 1] is c and ops[lo + 5:n:F].count(c) == (n - lo) // F:
+            # one thread's run (nearly always): the user's time is the sum of t - prev (two sums in
+            # C); the observers' the gaps from each stamp to the next one's prev: from the first
+            # prev to the last t, less the user's time
             t0, prev0, t1 = ops[lo], ops[lo + 4], ops[n - F]
-            mine = ops[n - 1] - ops[lo + 6] + t0 - prev0
+            mine = sum(ops[lo:n:F]) - sum(ops[lo + 4:n:F])
             obs = t1 - prev0 - mine
             o = c.open_t
             if o is not None:
@@ -993,7 +993,7 @@ class Recorder:
             # segment of its own whose stamps say what each was credited (t - prev)
             items = []
             it = iter(ops[lo:n])
-            for t, op, src, step, prev, c, _cum in zip(it, it, it, it, it, it, it):
+            for t, op, src, step, prev, c in zip(it, it, it, it, it, it):
                 o = c.open_t
                 if o is not None:
                     c.observers += prev - o
@@ -1001,7 +1001,7 @@ class Recorder:
                 d = _credit(c, t - prev)
                 c.last_user += d
                 cpu += d
-                items += (t, op, src, step, t - d, c, 0)
+                items += (t, op, src, step, t - d, c)
             self._ready.append((base, hc.blocked, items, 0, len(items), 0))
         hc.cpu = cpu
         self._settled = n
@@ -1216,8 +1216,7 @@ class Recorder:
                 # handed over in order with it (see op_accumulated and _hand_over)
                 if self._device_q:
                     self._take_device_events()
-                self._run_cum = cum = self._run_cum + start - last
-                self._ops += (start, event, "", 0, last, self._run_clock, cum)
+                self._ops += (start, event, "", 0, last, self._run_clock)
                 hc.last_wall = _perf_ns()
                 return
             self._emit_short(event, everyone, some, hc, self._run_clock, last, start, reopen=False)
@@ -1315,7 +1314,7 @@ class Recorder:
             if defer:
                 # stamped, into the run after the ops settled above (t == prev: _build_ops gives
                 # it these stamps again); handed over later (HAND_OVER_NS)
-                self._add_ready(hc.cpu, hc.blocked, [w0, event, "", 0, w0, clock, 0])
+                self._add_ready(hc.cpu, hc.blocked, [w0, event, "", 0, w0, clock])
         if not defer:
             self._deliver(event, everyone, some)
         self._after_observers(clock, start, _perf_ns(), user, mark, waited)
@@ -1368,7 +1367,7 @@ class Recorder:
             hc.cpu = cpu = hc.cpu + mine
             blocked = hc.blocked
             if defer:                        # into the run, as in emit's long path
-                self._add_ready(cpu, blocked, [start, event, "", 0, start, clock, 0])
+                self._add_ready(cpu, blocked, [start, event, "", 0, start, clock])
         d = event.__dict__
         d["cpu_ns"], d["blocked_ns"] = cpu, blocked     # frozen: set past __setattr__
         if not defer:
@@ -1474,8 +1473,7 @@ class Recorder:
             self._take_device_events()
         hc = self._host
         last = hc.last_wall
-        self._run_cum = cum = self._run_cum + t - last
-        self._ops += (t, op, src, self.step, last, self._run_clock, cum)
+        self._ops += (t, op, src, self.step, last, self._run_clock)
         hc.last_wall = _perf_ns()
 
     def _op_due(self, t: int, op: str, src: str) -> bool:
@@ -1506,7 +1504,7 @@ class Recorder:
             user, mine, mark = _stamp_user(clock, t, _perf_ns() if due else None)
             base = hc.cpu
             hc.cpu = base + mine
-            self._add_ready(base, hc.blocked, [t, op, src, self.step, t - mine, clock, 0])
+            self._add_ready(base, hc.blocked, [t, op, src, self.step, t - mine, clock])
         self._after_observers(clock, t, _perf_ns(), user, mark)
         return True
 
@@ -1529,8 +1527,7 @@ class Recorder:
             ops = self._ops
             self._reads.append((len(ops), r, cpu, clock.observers, clock))
             last = hc.last_wall
-            self._run_cum = cum = self._run_cum + t - last
-            ops += (t, op, src, self.step, last, clock, cum)
+            ops += (t, op, src, self.step, last, clock)
         if r - self._handed_at > HAND_OVER_NS:
             self._deliver_late()             # (HAND_OVER_NS)
         self._run_due = due = r + CPU_READ_NS
@@ -1565,8 +1562,7 @@ class Recorder:
             ops = self._ops
             self._reads.append((len(ops), r, cpu, clock.observers, clock))
             prev = clock.last_end
-            self._run_cum = cum = self._run_cum + t - prev
-            ops += (t, op, src, step, prev, clock, cum)
+            ops += (t, op, src, step, prev, clock)
             hc.last_clock = clock
         if r - self._handed_at > HAND_OVER_NS:
             self._deliver_late()             # (HAND_OVER_NS)

@@ -851,30 +851,32 @@ def test_the_first_op_of_a_backward_pass_stays_in_the_run(step):
     assert len(ops) >= 3 * 40 and all(a.cpu_ns <= b.cpu_ns for a, b in zip(ops, ops[1:]))
 
 
-def test_a_settle_reads_a_runs_ends_and_moves_no_stamp():
-    """Settling one thread's stamps reads the running sums (cum) at the run's ends, not every stamp
-    (touching each cost ~20 us a settle in a training step), and leaves the stamps where they are
-    until the hand-over takes them. A device event added mid-run (t == prev, emit) changes no sum.
-    The host clock and the thread's counters come out as a stamp-by-stamp sum gives them."""
+def test_a_settle_sums_a_run_in_c_and_moves_no_stamp():
+    """Settling one thread's stamps sums the run's t - prev in two C calls (sum over two slices), not
+    stamp by stamp (touching each cost ~20 us a settle in a training step), and leaves the stamps
+    where they are until the hand-over takes them. A device event added mid-run (t == prev, emit)
+    changes no sum. The host clock and the thread's counters come out as a stamp-by-stamp sum gives
+    them. (Until session 19 each stamp carried a running sum, read at the range's ends: an int an op
+    on the loop's path, where this sum costs the settle ~1 us.)"""
     r = ev.Recorder()
     seen = []
     r.subscribe(lambda e: None, runs=seen.append)
     clock = ev._ThreadClock(time.thread_time_ns())
     clock.open_t, base = 100, clock.last_user
-    ops, stamps, cum, prev = [], [], 0, 150
+    ops, stamps, prev = [], [], 150
     for i in range(50):
         t = prev + 7 + i % 5                      # the user's time since the previous stamp's end
-        cum += t - prev
-        stamp = (t, "aten::add", "x.py:1", 0, prev, clock, cum)
+        stamp = (t, "aten::add", "x.py:1", 0, prev, clock)
         ops.append(stamp)
         stamps += stamp
         if i == 20:                               # as emit puts a DeviceExecution in
-            stamps += (t, ev.DeviceExecution(0, 1, "hpu:0", 0), "", 0, t, clock, cum)
+            stamps += (t, ev.DeviceExecution(0, 1, "hpu:0", 0), "", 0, t, clock)
         prev = t + 3                              # its own bookkeeping: the observers'
+    assert len(stamps) == 51 * ev.OP_FIELDS
     r._ops += stamps
     with r._host.lock:
         r._settle()
-    user = sum(t - p for t, _o, _s, _st, p, _c, _cum in ops)
+    user = sum(t - p for t, _o, _s, _st, p, _c in ops)
     observers = (ops[0][4] - 100) + sum(b[4] - a[0] for a, b in zip(ops, ops[1:]))
     assert r._host.cpu == user and clock.last_user - base == user
     assert clock.observers == observers and clock.open_t == ops[-1][0]
@@ -1106,7 +1108,7 @@ def test_the_late_observers_turn_reads_only_the_segments_they_have_not_seen():
                 yield x
 
     def segment():                       # one settled event, as _add_ready keeps it
-        return (0, 0, [1, ev.MarkStep(1, 1, "host", 0), "", 0, 1, None, 0], 0, ev.OP_FIELDS, 0)
+        return (0, 0, [1, ev.MarkStep(1, 1, "host", 0), "", 0, 1, None], 0, ev.OP_FIELDS, 0)
     rec = ev.Recorder()
     rec._ready = Walked(segment() for _ in range(10_000))
     rec._late_ready = len(rec._ready)    # seen at the previous turn
