@@ -752,7 +752,7 @@ def _build_ops(segments) -> list:
                 got -= paid
             cpu += got
             if type(op) is not str:
-                if type(op) is tuple:        # a device event kept as its fields (_drain_device)
+                if type(op) is tuple:        # an event kept as its fields (_drain_device, emit_host)
                     op = _device_event(op)
                 if isinstance(op, Event):
                     d = op.__dict__
@@ -777,7 +777,8 @@ def _build_ops(segments) -> list:
 
 
 def _device_event(x: tuple) -> Event:
-    """A device event the op run kept as (class, positional fields) (Recorder._drain_device)."""
+    """An event the op run kept as (class, positional fields): a device event (Recorder._drain_device)
+    or a host event (Recorder.emit_host), built when the run is read."""
     return x[0](*x[1])
 
 
@@ -1319,6 +1320,29 @@ class Recorder:
             self._deliver(event, everyone, some)
         self._after_observers(clock, start, _perf_ns(), user, mark, waited)
 
+    def emit_host(self, cls, fields: tuple) -> None:
+        """A host event of class ``cls`` from its positional ``fields`` (t_start, t_end, lane, step,
+        then its own, in the class's order), emitted on a host thread. While it would go into this
+        thread's open op run (emit's in-run path: every observer of it keeps runs, none takes it at
+        once or late), the run keeps the fields and the event is built when the run is read, as a
+        device event's are (_drain_device): building one in the loop took ~2-4 us in place, its
+        code cold between two ops. Otherwise it is built and emitted now."""
+        if (fields[2] == "host" and self._defer and cls not in self._kinds_now and cls not in self._kinds_late
+                and (self._all or self._by_kind.get(cls))):
+            w0 = _perf_ns()
+            if (w0 < self._run_until and _get_ident() == self._run_ident) or self._run_goes_on(w0):
+                hc = self._host
+                last = hc.last_wall
+                start = fields[1]            # its end: building it was the observers' (emit)
+                if not last <= start <= w0 or w0 - start >= OBSERVER_EXACT_NS:
+                    start = w0
+                if self._device_q:
+                    self._take_device_events()
+                self._ops += (start, (cls, fields), "", 0, last, self._run_clock)
+                hc.last_wall = _perf_ns()
+                return
+        self.emit(cls(*fields))
+
     def _defer_device(self, event: Event) -> None:
         """A device event into the op run (emit; any thread: the device streams' workers): queued
         without a lock, and put into the run before the next op or event the host adds to it, or
@@ -1763,6 +1787,7 @@ def subscribe(fn: Observer, kinds=None, many=None, runs=None, stamps=True, late=
 wants = recorder.wants
 emit = recorder.emit
 emit_device = recorder.emit_device
+emit_host = recorder.emit_host
 op_accumulated = recorder.op_accumulated
 flush = recorder.flush
 

@@ -750,9 +750,9 @@ def flush(trigger: str, src: str, needed=None):
                        tuple(n.h for n in nodes), _default_dtype())
         site = src
         if ev.wants(ev.GraphBuilt):
-            ev.emit(ev.GraphBuilt(t0, ev.now(), "host", ev.recorder.step, graph_id=pg.id,
-                                  node_count=len(nodes), input_count=len(externals),
-                                  output_count=len(outs), trigger=trigger, src=src))
+            # positional, in the event's field order (emit_host: built when a recording reads it)
+            ev.emit_host(ev.GraphBuilt, (t0, ev.now(), "host", ev.recorder.step, pg.id, len(nodes),
+                                         len(externals), len(outs), trigger, src))
         recipe = find.get_recipe(key, nodes, externals, outs, site)
         cap = S.capture
         launch = launch_recipe(recipe, externals, S.stream, srcs=[n.src for n in nodes]) if cap is None else \

@@ -42,9 +42,9 @@ from ._source import user_src
 
 def _emit(t0, t1, lane, nbytes, is_pinned, non_blocking, staging, stream, op, src, launch_id=0):
     if ev.wants(ev.HostToDevice):
-        ev.emit(ev.HostToDevice(t0, t1, lane, ev.recorder.step, nbytes=nbytes, src=src, pinned=is_pinned,
-                                non_blocking=non_blocking, staging_bytes=staging, stream=stream, op=op,
-                                launch_id=launch_id))
+        # positional, in the event's field order (emit_host: built when a recording reads it)
+        ev.emit_host(ev.HostToDevice, (t0, t1, lane, ev.recorder.step, nbytes, src, is_pinned, non_blocking,
+                                       staging, stream, op, launch_id))
 
 
 def _staged(src_t: torch.Tensor) -> torch.Tensor:

@@ -994,6 +994,47 @@ def test_device_events_in_the_run_are_built_when_the_run_is_read_once(step, monk
     assert log.read() == events and len(built) == len(early)
 
 
+_LAZY_HOST_KINDS = (ev.GraphBuilt, ev.HostToDevice, ev.MemorySample)
+
+
+def _fields(e):
+    return {k: v for k, v in vars(e).items() if k not in ("t_start", "t_end", "cpu_ns", "blocked_ns")}
+
+
+def test_host_events_in_the_run_are_built_when_read_and_equal_those_built_at_once(step, monkeypatch):
+    """GraphBuilt, HostToDevice and MemorySample (emit_host) go into the thread's open op run as
+    their fields while a recording keeps runs: built when the log is read (in the loop, between two
+    ops, each took ~2-4 us of cold code in place), stamped then. Read, they hold what an observer
+    that takes them at once gets (the same fields, one each, in the same order)."""
+    built = []
+    for cls in _LAZY_HOST_KINDS:
+        real = cls.__init__
+
+        def counted(self, *a, _real=real, **kw):
+            built.append(type(self))
+            _real(self, *a, **kw)
+        monkeypatch.setattr(cls, "__init__", counted)
+    log = ev.EventLog()
+    with ev.subscribe(log.add, runs=log.add):
+        _run(step, 3)
+        ev.flush()
+    in_loop = len(built)
+    lazy = [e for e in log.read() if type(e) in _LAZY_HOST_KINDS]
+    # built in the loop: the first after the recording starts (its run not open yet) and the
+    # user's first event back from each backward pass (it takes the run back: emit); 18 in all
+    assert len(lazy) >= 18 and in_loop <= 1 + 3, (in_loop, len(lazy))
+    assert {type(e) for e in lazy} == set(_LAZY_HOST_KINDS) and len(built) == len(lazy)
+    assert all(e.cpu_ns >= 0 and e.blocked_ns >= 0 for e in lazy)
+    at_once = []
+    with ev.Collector() as c, ev.subscribe(at_once.append, list(_LAZY_HOST_KINDS)):
+        _run(step, 3)
+    kept = [e for e in c.events if type(e) in _LAZY_HOST_KINDS]
+    assert [_fields(e) for e in at_once] == [_fields(e) for e in kept]
+    assert [type(e) for e in kept] == [type(e) for e in lazy]
+    norm = lambda es: [{k: v for k, v in _fields(e).items() if k not in ("step", "graph_id")} for e in es]
+    assert norm(kept) == norm(lazy)              # the same loop: the same fields but its steps'
+
+
 def test_a_device_event_an_observer_takes_at_once_is_delivered_by_the_device_thread(step, monkeypatch):
     """An observer of DeviceExecution that does not keep runs (a section's end waiting for its
     launches) gets each from the worker, as it runs, not at the host's next event."""

@@ -138,8 +138,8 @@ def reserve_transient(peak_bytes: int, what: str, held: int = 0) -> None:
             _s["MaxInUse"] = need
     if ev.wants(ev.MemorySample):
         t = ev.now()
-        ev.emit(ev.MemorySample(t, t, "host", ev.recorder.step, in_use=_s["InUse"],
-                                max_in_use=_s["MaxInUse"], limit=lim))
+        # positional, in the event's field order (emit_host: built when a recording reads it)
+        ev.emit_host(ev.MemorySample, (t, t, "host", ev.recorder.step, _s["InUse"], _s["MaxInUse"], lim))
 
 
 def stats() -> dict:
