@@ -777,9 +777,10 @@ def _build_ops(segments) -> list:
 
 
 def _device_event(x: tuple) -> Event:
-    """An event the op run kept as (class, positional fields): a device event (Recorder._drain_device)
-    or a host event (Recorder.emit_host), built when the run is read."""
-    return x[0](*x[1])
+    """An event the op run kept as (class, its positional fields...), one flat tuple (one object a
+    garbage collection counts, not two): a device event (Recorder._drain_device) or a host event
+    (Recorder.emit_host), built when the run is read."""
+    return x[0](*x[1:])
 
 
 def _credit(clock: _ThreadClock, wall: int) -> int:
@@ -854,8 +855,10 @@ class Recorder:
         self._ops: list = []
         self._settled = 0
         # thread-clock readings taken at op stamps of _ops (a due within the thread's own run:
-        # _read_in_run), applied in order when those stamps are settled: (index of the op's stamp,
-        # wall time and thread CPU of the reading, its thread's observers then, its _ThreadClock)
+        # _read_in_run, a thread switch: _switch_in_run), applied in order when those stamps are
+        # settled: index of the op's stamp, wall time and thread CPU of the reading, its thread's
+        # observers then, its _ThreadClock; five items a reading, flat (a kept tuple would count
+        # towards the next garbage collection, as an op stamp's would)
         self._reads: list = []
         # settled op stamps not yet handed to observers: [(cpu_ns before, blocked_ns, stamps, lo, hi)],
         # the stamps stamps[lo:hi] (a range of _ops, or a list of their own); a hand-over takes them
@@ -898,6 +901,8 @@ class Recorder:
         reads = self._reads
         if reads:
             self._reads = []
+            it = iter(reads)
+            reads = list(zip(it, it, it, it, it))
             # a reading's observers are its thread's at the reading: what this settle charges them
             # for the stamps before it, on top of what they were then
             start = {}
@@ -1338,7 +1343,7 @@ class Recorder:
                     start = w0
                 if self._device_q:
                     self._take_device_events()
-                self._ops += (start, (cls, fields), "", 0, last, self._run_clock)
+                self._ops += (start, (cls,) + fields, "", 0, last, self._run_clock)
                 hc.last_wall = _perf_ns()
                 return
         self.emit(cls(*fields))
@@ -1352,14 +1357,14 @@ class Recorder:
     def emit_device(self, cls, fields: tuple) -> None:
         """A device event of class ``cls`` built from its positional ``fields`` (t_start, t_end,
         lane, step, then its own), emitted from a device stream's worker. While it would go into the
-        op run anyway (every observer of it keeps runs or takes it late), only the fields are queued
-        (one tuple, one C call): the host builds the event when it puts it into the run, before the
-        next op or event it adds (_drain_device). Otherwise it is built and emitted now (an observer
-        takes it at once)."""
+        op run anyway (every observer of it keeps runs or takes it late), only (cls, fields...) is
+        queued (one tuple, one C call): the host puts it into the run before the next op or event it
+        adds, and it is built when the run is read (_drain_device). Otherwise it is built and
+        emitted now (an observer takes it at once)."""
         if not self._all and not self._by_kind.get(cls):
             return
         if self._defer and cls not in self._kinds_now:
-            self._device_q.append((cls, fields))
+            self._device_q.append((cls,) + fields)
             return
         self.emit(cls(*fields))
 
@@ -1549,7 +1554,7 @@ class Recorder:
             if self._device_q:
                 self._drain_device()
             ops = self._ops
-            self._reads.append((len(ops), r, cpu, clock.observers, clock))
+            self._reads += (len(ops), r, cpu, clock.observers, clock)
             last = hc.last_wall
             ops += (t, op, src, self.step, last, clock)
         if r - self._handed_at > HAND_OVER_NS:
@@ -1584,7 +1589,7 @@ class Recorder:
             if last is not None:             # that thread's last stamp ends here (see _catch_up)
                 last.last_end = hc.last_wall
             ops = self._ops
-            self._reads.append((len(ops), r, cpu, clock.observers, clock))
+            self._reads += (len(ops), r, cpu, clock.observers, clock)
             prev = clock.last_end
             ops += (t, op, src, step, prev, clock)
             hc.last_clock = clock
