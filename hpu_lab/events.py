@@ -926,11 +926,14 @@ class Recorder:
         worker, where the recorder's code runs twice a step and is always cold, building and
         emitting a DeviceExecution took 10.8 us (median, in place: 5.5 to build, 4.1 to emit under
         the host clock's lock); built here, on the host's thread between two ops, it still took ~6
-        us (session 19, in place: ~12 us a training step). A late observer of its kind gets a copy
-        built at its turn (_give_late)."""
+        us (session 19, in place: ~12 us a training step). Unless a late observer takes its kind:
+        those look at the run's events by type (_give_late), so it is built now."""
         q, ops = self._device_q, self._ops
+        late = self._kinds_late
         for _ in range(len(q)):             # (a worker may append meanwhile: those wait for the next)
             e = q.popleft()
+            if type(e) is tuple and e[0] in late:
+                e = _device_event(e)
             if len(ops) > self._settled:     # (a settled stamp's chain is applied already)
                 last = ops[-OP_FIELDS:]      # one C call: another host thread may be adding an op
                 ops += (last[0], e, "", 0, last[0], last[5])
@@ -1325,12 +1328,11 @@ class Recorder:
     def emit_host(self, cls, fields: tuple) -> None:
         """A host event of class ``cls`` from its positional ``fields`` (t_start, t_end, lane, step,
         then its own, in the class's order), emitted on a host thread. While it would go into this
-        thread's open op run (emit's in-run path: every observer of it keeps runs or takes it late),
-        the run keeps the fields and the event is built when the run is read, as a device event's
-        are (_drain_device): building one in the loop took ~2-4 us in place, its code cold between
-        two ops. A late observer (the global metrics count MarkStep, Launch, CacheLookup) gets a
-        copy built at its turn (_give_late). Otherwise it is built and emitted now."""
-        if (fields[2] == "host" and self._defer and cls not in self._kinds_now
+        thread's open op run (emit's in-run path: every observer of it keeps runs, none takes it at
+        once or late), the run keeps the fields and the event is built when the run is read, as a
+        device event's are (_drain_device): building one in the loop took ~2-4 us in place, its
+        code cold between two ops. Otherwise it is built and emitted now."""
+        if (fields[2] == "host" and self._defer and cls not in self._kinds_now and cls not in self._kinds_late
                 and (self._all or self._by_kind.get(cls))):
             w0 = _perf_ns()
             if (w0 < self._run_until and _get_ident() == self._run_ident) or self._run_goes_on(w0):
@@ -1651,20 +1653,14 @@ class Recorder:
 
     def _give_late(self, parts: list) -> None:
         """The events among ``parts`` (op slots: ops, and the events that went into the run) to the
-        late observers of their kinds (unstamped: they need not wait for the run to be built). An
-        event the run keeps as its fields (emit_host, emit_device) is built for them here, a copy:
-        the run builds its own when it is read (late observers are counters, subscribe(late=))."""
+        late observers of their kinds (unstamped: they need not wait for the run to be built)."""
         late = self._kinds_late
         if not late:
             return
-        by_kind, pick = self._by_kind, (late | {tuple}).__contains__
+        by_kind, is_late = self._by_kind, late.__contains__
         for slots in parts:
             # picked out in C (a run holds ~60 ops for every few such events)
-            for x in itertools.compress(slots, map(pick, map(type, slots))):
-                if type(x) is tuple:
-                    if x[0] not in late:
-                        continue
-                    x = _device_event(x)
+            for x in itertools.compress(slots, map(is_late, map(type, slots))):
                 for fn in by_kind.get(type(x), ()):
                     fn(x)
 

@@ -912,8 +912,7 @@ def mark_step(device_str: str = "", sync: bool = False):
     n = len(S.pg)
     launch = flush("mark_step", src)
     ev.recorder.step += 1
-    # positional, in the event's field order (emit_host: built when a recording reads it)
-    ev.emit_host(ev.MarkStep, (t0, ev.now(), "host", ev.recorder.step - 1, src, n))
+    ev.emit(ev.MarkStep(t0, ev.now(), "host", ev.recorder.step - 1, src=src, pending_nodes=n))
     closures, S.step_closures = S.step_closures, []
     if sync and launch is not None:
         launch.wait("mark_step(sync=True)", src)

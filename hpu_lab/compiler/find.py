@@ -38,8 +38,7 @@ def get_recipe(key, nodes, externals, outs, site):
     hit = recipe is not None
     if hit:
         if ev.wants(ev.CacheLookup):
-            # positional, in the event's field order (emit_host: built when a recording reads it)
-            ev.emit_host(ev.CacheLookup, (t0, ev.now(), "host", ev.recorder.step, True, key.short))
+            ev.emit(ev.CacheLookup(t0, ev.now(), "host", ev.recorder.step, hit=True, key=key.short))
         return recipe
     recipe = _find_elsewhere(key, nodes, externals, outs, site)
     if recipe is not None:

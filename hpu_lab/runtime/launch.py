@@ -44,8 +44,8 @@ def launch_recipe(recipe, externals, stream: int, srcs=None):
     recipe.launches += 1
     if ev.wants(ev.Launch):
         t = ev.now()
-        # positional, in the event's field order (emit_host: built when a recording reads it)
-        ev.emit_host(ev.Launch, (t, t, "host", ev.recorder.step, launch.id, recipe.id, recipe.short_key, s.index,
-                                 recipe.summary, tuple(waits_for)))
+        ev.emit(ev.Launch(t, t, "host", ev.recorder.step, launch_id=launch.id, recipe_id=recipe.id,
+                          key=recipe.short_key, stream=s.index, graph=recipe.summary,
+                          waits_for=tuple(waits_for)))
     s.submit(launch)
     return launch
