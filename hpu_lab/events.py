@@ -719,8 +719,9 @@ class OpRun:
 # next garbage collection): its stamp t, op, src, step; prev, the wall time from which the user's CPU
 # time since the thread's previous stamp is counted (that stamp's end); the thread's _ThreadClock.
 # ``op`` is the op's name, or the op itself (named when the event is built), or an event put
-# into the run by emit (a host event stamped when built; src and step unused), or a device event's
-# (class, fields) (_drain_device). Until session 19 a seventh item, a running sum of t - prev, let
+# into the run by emit (a host event stamped when built; src and step unused), or an event kept as
+# its fields, one flat tuple (class, fields...), built when the run is read (_drain_device,
+# Recorder.emit_host). Until session 19 a seventh item, a running sum of t - prev, let
 # a settle read a range's ends instead of summing it: one more int an op on the loop's path (32
 # bytes kept, a few bytecodes), where the settle sums two slices in C (_settle_to).
 OP_FIELDS = 6
