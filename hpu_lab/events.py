@@ -1547,22 +1547,40 @@ class Recorder:
         locking twice, building a segment and reopening the run here, on the loop's path (timed
         in place, wrapped: a due 51-55 us before, ~3 of them a 6 ms training step; now 29-36 us,
         ~10 us of it on average the run-queue read, ~20 us at about every other due)."""
+        r = self._keep_with_reading(t, op, src, self.step, clock, hc)
+        self._run_due = due = r + CPU_READ_NS
+        hc.last_wall = end = _perf_ns()
+        self._run_until = min(due, end + self._run_gap)
+
+    def _keep_with_reading(self, t: int, op, src: str, step: int, clock: _ThreadClock, hc: "_HostClock",
+                           waited: int = 0, switch: bool = False) -> int:
+        """(_read_in_run, _switch_in_run) ``clock``'s thread clock read now (the run-queue baseline
+        too, if it may have moved: renew_runq), and the stamp kept in the run with the reading
+        beside it (_reads), for the settle to apply in order. ``switch``: the stamp is the first of
+        this thread while another's run is open: its own previous stamp's end is its ``prev``, and
+        the other thread's last stamp ends where the host clock's does (see _catch_up). Returns
+        the reading's wall time."""
         r = _perf_ns()
         cpu = thread_cpu()
-        clock.renew_runq((r, cpu))
+        clock.renew_runq((r, cpu), waited)
         clock.read_at = r
         with hc.lock:                        # a settle (any thread) finds the reading with its stamp
             if self._device_q:
                 self._drain_device()
+            if switch:
+                last = hc.last_clock
+                if last is not None:
+                    last.last_end = hc.last_wall
+                prev = clock.last_end
+                hc.last_clock = clock
+            else:
+                prev = hc.last_wall
             ops = self._ops
             self._reads += (len(ops), r, cpu, clock.observers, clock)
-            last = hc.last_wall
-            ops += (t, op, src, self.step, last, clock)
+            ops += (t, op, src, step, prev, clock)
         if r - self._handed_at > HAND_OVER_NS:
             self._deliver_late()             # (HAND_OVER_NS)
-        self._run_due = due = r + CPU_READ_NS
-        hc.last_wall = end = _perf_ns()
-        self._run_until = min(due, end + self._run_gap)
+        return r
 
     def _switch_in_run(self, t: int, op, src: str, step: int, clock: _ThreadClock, hc: "_HostClock",
                        waited: int = 0) -> None:
@@ -1579,28 +1597,9 @@ class Recorder:
         Before (session 19, in place): the first took _op_due's whole way, 35-60 us (the settle of
         the forward's ops, two locked sections, a segment, the observers' charge, the run
         reopened), the second emit's, ~30 us, against ~15-20 for a due in the run."""
-        r = _perf_ns()
-        cpu = thread_cpu()
-        clock.renew_runq((r, cpu), waited)
-        clock.read_at = r
-        with hc.lock:
-            if self._device_q:
-                self._drain_device()
-            last = hc.last_clock
-            if last is not None:             # that thread's last stamp ends here (see _catch_up)
-                last.last_end = hc.last_wall
-            ops = self._ops
-            self._reads += (len(ops), r, cpu, clock.observers, clock)
-            prev = clock.last_end
-            ops += (t, op, src, step, prev, clock)
-            hc.last_clock = clock
-        if r - self._handed_at > HAND_OVER_NS:
-            self._deliver_late()             # (HAND_OVER_NS)
-        self._run_clock, self._run_ident = clock, clock.ident
-        self._run_gap = gap = min(CPU_READ_NS, BLOCKED_MIN_NS + 1)
-        self._run_due = due = min(r + CPU_READ_NS, clock.runq_at + CPU_READ_NS + 1)
-        hc.last_wall = end = _perf_ns()
-        self._run_until = min(due, end + gap)
+        self._keep_with_reading(t, op, src, step, clock, hc, waited, switch=True)
+        hc.last_wall = clock.last_end = _perf_ns()
+        self._open_run(clock)                # the run is this thread's, due from the reading
 
     def flush(self) -> None:
         """Hand the op events stamped so far (op_accumulated) to the observers listening now."""
