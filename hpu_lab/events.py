@@ -1212,20 +1212,17 @@ class Recorder:
             # less than a gap after the latest stamp is in it too, as an op is (op_accumulated):
             # a graph's GraphBuilt, ~1 ms of tracing after the run opened, went emit's whole way
             # (~0.6 a training step, ~40 us each)
+            if self._defer and type(event) not in self._kinds_now:
+                # every observer of it keeps op runs (an EventLog) and takes every kind, or takes
+                # it late: it goes into the run like an op stamp, stamped when the run is settled,
+                # handed over in order with it (see op_accumulated and _hand_over)
+                self._into_run(event, event.t_end, w0)
+                return
             hc = self._host
             last = hc.last_wall
             start = event.t_end
             if not last <= start <= w0 or w0 - start >= OBSERVER_EXACT_NS:
                 start = w0
-            if self._defer and type(event) not in self._kinds_now:
-                # every observer of it keeps op runs (an EventLog) and takes every kind, or takes
-                # it late: it goes into the run like an op stamp, stamped when the run is settled,
-                # handed over in order with it (see op_accumulated and _hand_over)
-                if self._device_q:
-                    self._take_device_events()
-                self._ops += (start, event, "", 0, last, self._run_clock)
-                hc.last_wall = _perf_ns()
-                return
             self._emit_short(event, everyone, some, hc, self._run_clock, last, start, reopen=False)
             return
         if self._muted:
@@ -1337,17 +1334,22 @@ class Recorder:
                 and (self._all or self._by_kind.get(cls))):
             w0 = _perf_ns()
             if (w0 < self._run_until and _get_ident() == self._run_ident) or self._run_goes_on(w0):
-                hc = self._host
-                last = hc.last_wall
-                start = fields[1]            # its end: building it was the observers' (emit)
-                if not last <= start <= w0 or w0 - start >= OBSERVER_EXACT_NS:
-                    start = w0
-                if self._device_q:
-                    self._take_device_events()
-                self._ops += (start, (cls,) + fields, "", 0, last, self._run_clock)
-                hc.last_wall = _perf_ns()
+                self._into_run((cls,) + fields, fields[1], w0)
                 return
         self.emit(cls(*fields))
+
+    def _into_run(self, item, t_end: int, w0: int) -> None:
+        """(emit, emit_host: this thread's run is open, at ``w0``) A host event (``item``: the
+        event, or its (class, fields...)) into the run like an op stamp, stamped when the run is
+        settled, at its end ``t_end`` if it was made just now (building it was the observers'),
+        after the device events queued before it."""
+        hc = self._host
+        last = hc.last_wall
+        start = t_end if last <= t_end <= w0 and w0 - t_end < OBSERVER_EXACT_NS else w0
+        if self._device_q:
+            self._take_device_events()
+        self._ops += (start, item, "", 0, last, self._run_clock)
+        hc.last_wall = _perf_ns()
 
     def _defer_device(self, event: Event) -> None:
         """A device event into the op run (emit; any thread: the device streams' workers): queued
