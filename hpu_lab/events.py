@@ -1243,9 +1243,10 @@ class Recorder:
             clock.last_end = hc.last_wall
         last_end = clock.last_end
         other = hc.last_clock
-        if (other is not None and other is not clock and not other.runs_user_code and self._run_until
-                and clock.gap_end is None and self._defer and type(event) not in self._kinds_now
-                and event.t_start - hc.last_wall <= BLOCKED_MIN_NS):
+        # back from waiting for a thread that runs no user code (backward() on autograd's)?
+        back = other is not None and other is not clock and not other.runs_user_code
+        if (back and self._run_until and clock.gap_end is None and self._defer
+                and type(event) not in self._kinds_now and event.t_start - hc.last_wall <= BLOCKED_MIN_NS):
             # back from waiting for a thread that runs no user code (backward() on autograd's),
             # with no gap: into the run with a reading (_switch_in_run)
             start = event.t_end
@@ -1272,8 +1273,7 @@ class Recorder:
         # the user's thread back from waiting for a thread that runs no user code (backward() on
         # autograd's), after a gap or with an event taken at once: the wall time from its own last
         # stamp to that thread's last (renew_runq)
-        waited = (hc.last_wall - clock.last_end
-                  if other is not None and other is not clock and not other.runs_user_code else 0)
+        waited = hc.last_wall - clock.last_end if back else 0
         with hc.lock:
             self._catch_up(clock)
             true_prev = clock.last_user - clock.debt     # the thread's clock at its previous stamp
