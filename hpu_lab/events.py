@@ -702,11 +702,11 @@ class OpRun:
             for _cpu, _blocked, items, lo, hi, _debt in segments:
                 slots = items[lo + 1:hi:OP_FIELDS]
                 if tuple in set(map(type, slots)):
-                    # device events kept as their fields (Recorder._drain_device): built once, in
+                    # events kept as their fields (_drain_device, emit_host): built once, in
                     # their place, so that events() later gives the same objects
                     for k in range(lo + 1, hi, OP_FIELDS):
                         if type(items[k]) is tuple:
-                            items[k] = _device_event(items[k])
+                            items[k] = _event_of(items[k])
                     slots = items[lo + 1:hi:OP_FIELDS]
                 out += [x for x in slots if isinstance(x, Event)]
             return out
@@ -754,7 +754,7 @@ def _build_ops(segments) -> list:
             cpu += got
             if type(op) is not str:
                 if type(op) is tuple:        # an event kept as its fields (_drain_device, emit_host)
-                    op = _device_event(op)
+                    op = _event_of(op)
                 if isinstance(op, Event):
                     d = op.__dict__
                     if d["lane"] == "host":          # a device event (emit) is not stamped
@@ -777,7 +777,7 @@ def _build_ops(segments) -> list:
     return made
 
 
-def _device_event(x: tuple) -> Event:
+def _event_of(x: tuple) -> Event:
     """An event the op run kept as (class, its positional fields...), one flat tuple (one object a
     garbage collection counts, not two): a device event (Recorder._drain_device) or a host event
     (Recorder.emit_host), built when the run is read."""
@@ -934,7 +934,7 @@ class Recorder:
         for _ in range(len(q)):             # (a worker may append meanwhile: those wait for the next)
             e = q.popleft()
             if type(e) is tuple and e[0] in late:
-                e = _device_event(e)
+                e = _event_of(e)
             if len(ops) > self._settled:     # (a settled stamp's chain is applied already)
                 last = ops[-OP_FIELDS:]      # one C call: another host thread may be adding an op
                 ops += (last[0], e, "", 0, last[0], last[5])
