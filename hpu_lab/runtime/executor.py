@@ -345,7 +345,7 @@ class Stream:
             try:
                 if ev.wants(ev.DeviceExecution):
                     r = launch.recipe
-                    # the fields only: the host builds the event if it goes into the op run (emit_device)
+                    # the fields only: built when a recording reads the op run it goes into (emit_device)
                     ev.emit_device(ev.DeviceExecution, (t0, t1, self.lane, ev.recorder.step, launch.id, r.id,
                                                         r.short_key, r.node_count, ok))
             finally:
