@@ -96,6 +96,30 @@ def test_live_refresh_is_throttled_and_measured():
     assert "live redraws" in p.status.value and "finished" in p.status.value
 
 
+def test_a_panel_built_at_its_first_live_redraw():
+    """A section's panel (build=False) shows its status line only until a redraw is due: the first
+    live redraw builds the tabs (the Timeline selected) and asks its display to show them."""
+    p = widgets.SectionPanel("deferred", min_interval=0.0, budget=1.0, build=False)
+    built = []
+    p._on_built = lambda: built.append(p.widget)
+    p.attach(live=True)
+    try:
+        assert not p.built and p.current_tab == "Timeline" and not built
+        src = host_bound_loop(steps=2)
+        mark = next(e for e in src if type(e) is ev.MarkStep)
+        t0 = time.perf_counter()
+        while not p.stats["live_refreshes"] and time.perf_counter() < t0 + 20:
+            for e in src[:20] + [mark]:
+                ev.emit(e)
+            time.sleep(0.01)
+        assert p.stats["live_refreshes"] >= 1 and p.built
+        assert built == [p.widget] and p.tab.selected_index == widgets.panel.TABS.index("Timeline")
+        assert p.outputs["Timeline"].outputs[0]["data"]["image/png"]      # drawn, not "waiting"
+    finally:
+        p.finalize()
+    assert built == [p.widget]                                # built once
+
+
 def test_no_live_refresh_from_other_threads():
     p = widgets.SectionPanel("", min_interval=0.0)
     p.attach(live=True)
@@ -172,14 +196,23 @@ def test_section_with_panel_outside_a_kernel(monkeypatch):
             updated.append(obj)
 
     monkeypatch.setattr("IPython.display.display", lambda obj, raw=False, display_id=None: shown.append(obj) or Handle())
+    key = "application/vnd.jupyter.widget-view+json"
     with widgets.section("shown", display=True, min_interval=10) as s:
+        # on entry only the status line is shown: the tabs (23 more widgets) wait for a redraw
+        assert not s._panel.built and len(shown) == 1 and not updated
+        assert shown[0][key] == s._panel.status._repr_mimebundle_()[key]
+        assert "recording" in s._panel.status.value
         for e in host_bound_loop(steps=2):
             ev.emit(e)
-    view = s._panel.widget._repr_mimebundle_()["application/vnd.jupyter.widget-view+json"]
-    assert [d["application/vnd.jupyter.widget-view+json"] for d in shown + updated] == [view, view]
+        assert not s._panel.built                            # no redraw was due
+    view = s._panel.widget._repr_mimebundle_()[key]
+    # built at the final redraw (the display then shows the whole panel), then the picture added
+    assert [d[key] for d in updated] == [view, view]
+    assert {d["text/plain"] for d in shown + updated} == {"<section panel: shown>"}     # what nbval compares
     assert s._panel.finished
     assert all(out.outputs for out in s._panel.outputs.values())
-    assert "image/png" in updated[0]        # the static picture (test_widgets_static.py)
+    assert "image/png" in updated[-1]       # the static picture (test_widgets_static.py)
+    assert s._panel.current_tab == "Timeline"     # selected on attach, applied when built
 
 
 def test_magic_line_parsing():

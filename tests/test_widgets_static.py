@@ -64,11 +64,13 @@ def test_section_in_a_shell_leaves_its_picture_in_the_same_display():
         with widgets.section("pictured", display=True, min_interval=10, picture="timeline"):
             for e in host_bound_loop(steps=3):
                 ev.emit(e)
-    first, last = cap.outputs[0], cap.outputs[-1]
+    # shown on entry as its status line, the whole panel once built (the final redraw), then the picture
+    first, built, last = cap.outputs
     assert static.VIEW in first.data and "image/png" not in first.data
-    assert last.update and last.transient["display_id"] == first.transient["display_id"]
-    assert last.data["text/plain"] == first.data["text/plain"] == "<section panel: pictured>"
-    assert last.data[static.VIEW] == first.data[static.VIEW]
+    assert built.update and last.update
+    assert last.transient["display_id"] == built.transient["display_id"] == first.transient["display_id"]
+    assert {o.data["text/plain"] for o in cap.outputs} == {"<section panel: pictured>"}
+    assert last.data[static.VIEW] == built.data[static.VIEW] != first.data[static.VIEW]
     _png_size(base64.b64decode(last.data["image/png"]))
 
 
@@ -79,7 +81,8 @@ def test_no_picture_leaves_the_view_alone():
     with capture_output() as cap:
         with widgets.section("bare", display=True, min_interval=10, picture="none"):
             ev.emit(ev.MarkStep(0, 1, "host", 0))
-    assert len(cap.outputs) == 1 and "image/png" not in cap.outputs[0].data
+    # the status line, then the whole panel (built at the final redraw): no picture in either
+    assert len(cap.outputs) == 2 and not any("image/png" in o.data for o in cap.outputs)
 
 
 def test_compare_snapshot_has_the_table_and_the_picture():

@@ -130,7 +130,7 @@ class SectionPanel:
     """Graph | Timeline | Recompiles | Metrics | Advice for the events of one section."""
 
     def __init__(self, title: str = "", events=None, min_interval: float = 0.5,
-                 budget: float = BUDGET, dpi: int = 80):
+                 budget: float = BUDGET, dpi: int = 80, build: bool = True):
         self.title = title
         # events: a list, or the EventLog of a section that is recording (shared with it)
         self.log = events if isinstance(events, ev.EventLog) else ev.EventLog(events)
@@ -153,15 +153,40 @@ class SectionPanel:
         self._graph_key = None
         self._quiet = False                 # set while the panel itself updates its selectors
         self.finished = False
+        self._start_tab = None              # the tab to select when the widgets are built (attach)
+        self._on_built = None               # called once the widgets exist (static.display_panel)
 
+        # The status line is the panel's first widget; the rest (the tabs, their outputs, the
+        # controls: 23 more comms, ~11 ms on a kernel's cell) is built when first needed, with
+        # ``build=False`` at the first redraw (live, or when the section ends), not on entry: a
+        # loop pays nothing for a panel that has nothing to draw yet (issue 14 point 5).
+        self._plain, self._html_style = W.Layout(), HTMLStyle()
+        self.status = W.HTML(layout=self._plain, style=self._html_style)
+        if build:
+            self._build()
+        else:
+            self._update_status()
+        _warm_up()
+
+    _WIDGETS = frozenset(("outputs", "graph_select", "collapse_select", "step_range", "clock_select", "tab", "widget"))
+
+    def __getattr__(self, name):
+        # (only for attributes not set yet) the widgets of a panel made with build=False
+        if name in SectionPanel._WIDGETS and "_plain" in self.__dict__ and "widget" not in self.__dict__:
+            self._build()
+            return self.__dict__[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def _build(self) -> None:
+        """The tabs, their outputs and controls, under the status line."""
         # Every widget is a comm opened with the front end (~1 ms each in a kernel, on the cell's
         # time), and each one given no layout or style makes its own: those that keep the defaults
         # share one Layout (and the two HTML lines one style): 26 comms instead of 40.
-        plain, html_style = W.Layout(), HTMLStyle()
+        plain, html_style = self._plain, self._html_style
         self.outputs = {name: W.Output(layout=plain) for name in TABS}
         for out in self.outputs.values():
             out.outputs = (html_bundle("<p style='color:#777'>Waiting for events. While the cell runs this tab is "
-                                       f"redrawn only as often as keeps the redraws under {100 * budget:.0f}% of the run time; "
+                                       f"redrawn only as often as keeps the redraws under {100 * self.budget:.0f}% of the run time; "
                                        "it is drawn in full when the cell ends.</p>"),)
         self.graph_select = W.Dropdown(description="graph", options=[], layout=W.Layout(width="70%"))
         self.collapse_select = W.Dropdown(description="clusters",
@@ -169,7 +194,6 @@ class SectionPanel:
                                           value="auto", layout=W.Layout(width="25%"))
         self.step_range = W.IntRangeSlider(description="steps", min=0, max=0, value=(0, 0),
                                            continuous_update=False, layout=W.Layout(width="60%"))
-        self.status = W.HTML(layout=plain, style=html_style)
         # the Gaudi clock (the recorded work re-timed on the card) by default; measured one click away
         self.clock_select = W.ToggleButtons(options=[("Gaudi clock (modeled)", "gaudi"),
                                                      ("measured on this CPU", "measured")],
@@ -183,7 +207,8 @@ class SectionPanel:
         }
         self.tab = W.Tab(children=[pages.get(n, self.outputs[n]) for n in TABS], layout=plain)
         self.tab.titles = TABS
-        header = W.HTML(f"<h3 style='margin:4px 0'>{_esc(title)}</h3>" if title else "", layout=plain, style=html_style)
+        header = W.HTML(f"<h3 style='margin:4px 0'>{_esc(self.title)}</h3>" if self.title else "", layout=plain,
+                        style=html_style)
         self.widget = W.VBox([header, self.status, self.tab], layout=plain)
 
         self.tab.observe(lambda ch: self._show(TABS[ch["new"]]), names="selected_index")
@@ -191,8 +216,25 @@ class SectionPanel:
         self.collapse_select.observe(lambda ch: self._on_control("Graph"), names="value")
         self.step_range.observe(lambda ch: self._on_control("Timeline"), names="value")
         self.clock_select.observe(lambda ch: self._on_clock(), names="value")
+        if self._start_tab is not None:
+            self._select_quietly(self._start_tab)
         self._update_status()
-        _warm_up()
+        if self._on_built is not None:
+            self._on_built()
+
+    def _select_quietly(self, name: str) -> None:
+        self._quiet = True
+        self.tab.selected_index = TABS.index(name)
+        self._quiet = False
+
+    @property
+    def built(self) -> bool:
+        """Whether the tabs exist (a panel made with build=False builds them at its first redraw)."""
+        return "widget" in self.__dict__
+
+    def view(self):
+        """The widget to display: the whole panel, or its status line until it is built."""
+        return self.widget if self.built else self.status
 
     events = ev.logged_events     # op runs kept compact while the section runs, built when read
 
@@ -202,9 +244,9 @@ class SectionPanel:
         """Subscribe to the event stream; with ``live`` redraw while events arrive (throttled)."""
         self.live = live
         if live:
-            self._quiet = True
-            self.tab.selected_index = TABS.index("Timeline")    # what changes while a loop runs
-            self._quiet = False
+            self._start_tab = "Timeline"    # what changes while a loop runs
+            if self.built:
+                self._select_quietly("Timeline")
         self._attached_at = time.perf_counter()
         self._next_allowed = self._attached_at + self.min_interval
         # Every event goes to the log as a bare Collector's does (list.append: no Python frame, so
@@ -298,6 +340,8 @@ class SectionPanel:
 
     @property
     def current_tab(self) -> str:
+        if not self.built:                  # (not built by asking: _due asks it in the loop)
+            return self._start_tab or TABS[0]
         return TABS[self.tab.selected_index or 0]
 
     def refresh(self, tabs: Optional[Sequence[str]] = None) -> None:
@@ -413,6 +457,11 @@ class SectionPanel:
     def _update_status(self) -> None:
         s = self.stats
         state = "finished" if self.finished else ("live" if self._handle is not None else "idle")
+        if not self.built:                  # (a section's panel, attached right after it is shown)
+            self.status.value = (f"<span style='color:#555;font-size:12px'>{_esc(self.title) + ': ' if self.title else ''}"
+                                 "recording. The panel (Graph, Timeline, Recompiles, Metrics, Advice) is drawn at "
+                                 "its first live redraw and when the cell ends.</span>")
+            return
         live = (f"; {s['live_refreshes']} live redraws took {1000 * s['live_s']:.0f} ms = "
                 f"{100 * self.overhead():.1f}% of the {s['wall_s']:.2f} s the section ran" if s["wall_s"] > 0 else "")
         self.status.value = (f"<span style='color:#555;font-size:12px'>{state}: {len(self.events)} events"

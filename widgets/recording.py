@@ -131,7 +131,8 @@ def section(title: str = "", live: bool = True, display: Optional[bool] = None, 
     if show:
         from . import static
         from .panel import SectionPanel
-        s._panel = SectionPanel(title, s.log, min_interval=min_interval)
+        # the tabs are built at the first redraw (live, or at the end), not here: see SectionPanel
+        s._panel = SectionPanel(title, s.log, min_interval=min_interval, build=False)
         handle = static.display_panel(s._panel)
         s._panel.attach(live=live)
     else:

@@ -69,11 +69,17 @@ def _text(title: str) -> str:
 
 
 def display_panel(panel):
-    """Display ``panel`` (a SectionPanel) so that its output can be updated later; the handle."""
+    """Display ``panel`` (a SectionPanel) so that its output can be updated later; the handle. A
+    panel whose tabs are not built yet shows its status line, and the whole panel once built (its
+    first redraw). Every bundle carries the same text/plain (see the module's docstring)."""
     from IPython.display import display
-    bundle = panel.widget._repr_mimebundle_()
-    data = {VIEW: bundle[VIEW], "text/plain": _text(panel.title)}
-    return display(data, raw=True, display_id=True)
+    data = {VIEW: panel.view()._repr_mimebundle_()[VIEW], "text/plain": _text(panel.title)}
+    handle = display(data, raw=True, display_id=True)
+    if not panel.built:
+        def show_built():
+            handle.update({VIEW: panel.widget._repr_mimebundle_()[VIEW], "text/plain": _text(panel.title)}, raw=True)
+        panel._on_built = show_built
+    return handle
 
 
 def leave_picture(handle, panel, picture: str = "timeline", dpi: int = 80) -> Optional[bytes]:
