@@ -223,9 +223,11 @@ class SectionPanel:
             self._on_built()
 
     def _select_quietly(self, name: str) -> None:
-        self._quiet = True
-        self.tab.selected_index = TABS.index(name)
-        self._quiet = False
+        quiet, self._quiet = self._quiet, True
+        try:
+            self.tab.selected_index = TABS.index(name)
+        finally:
+            self._quiet = quiet
 
     @property
     def built(self) -> bool:
@@ -347,6 +349,8 @@ class SectionPanel:
     def refresh(self, tabs: Optional[Sequence[str]] = None) -> None:
         """Redraw ``tabs`` (default: all) from the events collected so far."""
         t0 = time.perf_counter()
+        if not self.built:
+            self._build()                   # (a section's panel: at its first redraw)
         if self._handle is not None:
             ev.flush()                      # the op events stamped so far (events.op_accumulated)
         events = list(self.events)          # a snapshot: the device thread may append meanwhile
