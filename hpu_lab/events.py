@@ -725,6 +725,8 @@ class OpRun:
 # a settle read a range's ends instead of summing it: one more int an op on the loop's path (32
 # bytes kept, a few bytecodes), where the settle sums two slices in C (_settle_to).
 OP_FIELDS = 6
+# a settled segment in Recorder._ready: cpu_ns before it, blocked_ns, stamps, lo, hi, debt (flat)
+READY_FIELDS = 6
 
 
 def _op_name(op) -> str:
@@ -861,9 +863,14 @@ class Recorder:
         # observers then, its _ThreadClock; five items a reading, flat (a kept tuple would count
         # towards the next garbage collection, as an op stamp's would)
         self._reads: list = []
-        # settled op stamps not yet handed to observers: [(cpu_ns before, blocked_ns, stamps, lo, hi)],
-        # the stamps stamps[lo:hi] (a range of _ops, or a list of their own); a hand-over takes them
+        # settled op stamps not yet handed to observers, flat, READY_FIELDS items a segment: cpu_ns
+        # before, blocked_ns, stamps, lo, hi, debt: the stamps stamps[lo:hi], a range of _ops or of
+        # _own (the segments settled on their own: _add_ready, several threads' stamps); a
+        # hand-over takes them, as tuples. Flat, for the cyclic collector: a tuple or a list kept a
+        # segment (~6.5 a training step) counted towards the next young collection, as a kept op
+        # stamp's would (see OP_FIELDS)
         self._ready: list = []
+        self._own: list = []
         # op_accumulated's short path: open while ``_run_clock``'s thread (``_run_ident``) stamped
         # last, until ``_run_until`` (the thread clock or run-queue baseline due), for ops less than
         # ``_run_gap`` after the thread's previous stamp (see _open_run). Meanwhile the host clock's
@@ -939,7 +946,7 @@ class Recorder:
                 last = ops[-OP_FIELDS:]      # one C call: another host thread may be adding an op
                 ops += (last[0], e, "", 0, last[0], last[5])
             else:
-                self._add_ready(0, 0, [0, e, "", 0, 0, None])
+                self._add_ready(0, 0, 0, e, "", 0, 0, None)
 
     def _take_device_events(self) -> None:
         """Before the host adds to the op run without the host clock's lock (op_accumulated, emit's
@@ -964,7 +971,7 @@ class Recorder:
         hc = self._host
         base = hc.cpu
         hc.cpu = base + mine
-        self._add_ready(base, hc.blocked, [t, ops[k + 1], ops[k + 2], ops[k + 3], t - mine, c])
+        self._add_ready(base, hc.blocked, t, ops[k + 1], ops[k + 2], ops[k + 3], t - mine, c)
         self._settled = k + OP_FIELDS
 
     def _settle_to(self, n: int) -> None:
@@ -994,11 +1001,12 @@ class Recorder:
             mine = _credit(c, mine)
             c.last_user += mine
             cpu += mine
-            self._ready.append((base, hc.blocked, ops, lo, n, debt))    # a range of _ops: taken at the hand-over
+            self._ready += (base, hc.blocked, ops, lo, n, debt)    # a range of _ops: taken at the hand-over
         else:
             # stamps of several threads (rare): each credited against its own thread's debt, into a
             # segment of its own whose stamps say what each was credited (t - prev)
-            items = []
+            own = self._own
+            k = len(own)
             it = iter(ops[lo:n])
             for t, op, src, step, prev, c in zip(it, it, it, it, it, it):
                 o = c.open_t
@@ -1008,15 +1016,18 @@ class Recorder:
                 d = _credit(c, t - prev)
                 c.last_user += d
                 cpu += d
-                items += (t, op, src, step, t - d, c)
-            self._ready.append((base, hc.blocked, items, 0, len(items), 0))
+                own += (t, op, src, step, t - d, c)
+            self._ready += (base, hc.blocked, own, k, len(own), 0)
         hc.cpu = cpu
         self._settled = n
 
-    def _add_ready(self, cpu: int, blocked: int, items: list) -> None:
-        """A settled segment of its own (the host clock before its first stamp, and its stamps, each
-        credited t - prev) for the next hand-over (which untracks it, with the run it goes into)."""
-        self._ready.append((cpu, blocked, items, 0, len(items), 0))
+    def _add_ready(self, cpu: int, blocked: int, t: int, op, src: str, step: int, prev: int, clock) -> None:
+        """(hc.lock held) A settled stamp in a segment of its own (the host clock before it; its
+        stamp, credited t - prev) for the next hand-over: flat in ``_own`` and ``_ready``."""
+        own = self._own
+        k = len(own)
+        own += (t, op, src, step, prev, clock)
+        self._ready += (cpu, blocked, own, k, k + OP_FIELDS, 0)
 
     def _catch_up(self, clock: "_ThreadClock") -> None:
         """Before reading or stamping ``clock`` (the calling thread's, hc.lock held): its last stamp
@@ -1312,7 +1323,7 @@ class Recorder:
             if defer:
                 # stamped, into the run after the ops settled above (t == prev: _build_ops gives
                 # it these stamps again); handed over later (HAND_OVER_NS)
-                self._add_ready(hc.cpu, hc.blocked, [w0, event, "", 0, w0, clock])
+                self._add_ready(hc.cpu, hc.blocked, w0, event, "", 0, w0, clock)
         if not defer:
             self._deliver(event, everyone, some)
         self._after_observers(clock, start, _perf_ns(), user, mark, waited)
@@ -1412,7 +1423,7 @@ class Recorder:
             hc.cpu = cpu = hc.cpu + mine
             blocked = hc.blocked
             if defer:                        # into the run, as in emit's long path
-                self._add_ready(cpu, blocked, [start, event, "", 0, start, clock])
+                self._add_ready(cpu, blocked, start, event, "", 0, start, clock)
         d = event.__dict__
         d["cpu_ns"], d["blocked_ns"] = cpu, blocked     # frozen: set past __setattr__
         if not defer:
@@ -1549,7 +1560,7 @@ class Recorder:
             user, mine, mark = _stamp_user(clock, t, _perf_ns() if due else None)
             base = hc.cpu
             hc.cpu = base + mine
-            self._add_ready(base, hc.blocked, [t, op, src, self.step, t - mine, clock])
+            self._add_ready(base, hc.blocked, t, op, src, self.step, t - mine, clock)
         self._after_observers(clock, t, _perf_ns(), user, mark)
         return True
 
@@ -1652,9 +1663,8 @@ class Recorder:
         # by index from where they stopped: the segments kept since the last hand-over (once per
         # loop, since session 12) pile up, and skipping the seen ones one by one (islice) made each
         # turn walk the whole list: 140 us a turn at the end of a 600-step loop, 0.9% of its time
-        for i in range(self._late_ready, len(ready)):
-            x = ready[i]
-            items, lo, hi = x[2], x[3], x[4]
+        for i in range(self._late_ready, len(ready), READY_FIELDS):
+            items, lo, hi = ready[i + 2], ready[i + 3], ready[i + 4]
             if items is ops and lo < seen:   # (a range of _ops: its head was seen unsettled)
                 lo = seen
             if lo < hi:
@@ -1686,7 +1696,8 @@ class Recorder:
             # (marked seen even with no late observer: positions kept from before would skip the
             # first events of one that subscribes later)
             parts = self._late_pending()
-            segments, self._ready = self._ready, []
+            flat, self._ready = self._ready, []
+            own, self._own = self._own, []
             self._late_ready = 0
             s = self._settled
             taken = None
@@ -1698,14 +1709,16 @@ class Recorder:
                 del ops[:s]
                 self._settled = 0
                 _untrack(taken)
-                segments = [(x[0], x[1], taken, x[3], x[4], x[5]) if x[2] is ops else x for x in segments]
+            # the segments as tuples, each over a list no longer added to
+            it = iter(flat)
+            segments = [(cpu, blocked, taken if items is self._ops else items, lo, hi, debt)
+                        for cpu, blocked, items, lo, hi, debt in zip(it, it, it, it, it, it)]
         if not segments:
             self._give_late(parts)
             return
+        _untrack(own)
         for x in segments:                   # here, together: one at a time, each cost ~5 us cold
             _untrack(x)
-            if x[2] is not taken:
-                _untrack(x[2])
         observers = self._all + self._by_kind.get(OpAccumulated, ())
         if observers:
             # A log keeps every run as it came (each the stamps of up to HAND_OVER_NS of a loop):

@@ -300,7 +300,7 @@ def test_handing_over_a_run_of_op_events_is_the_observers_time():
                 work()
                 ev.op_accumulated("aten::add", "")
             # kept in the run: the plain stamps, and the ops a thread-clock reading fell due on
-            kept = len(ev.recorder._ops) // ev.OP_FIELDS + len(ev.recorder._ready)
+            kept = len(ev.recorder._ops) // ev.OP_FIELDS + len(ev.recorder._ready) // ev.READY_FIELDS
             work()
             t = ev.now()
             ev.emit(ev.MarkStep(t, t, "host", ev.recorder.step))
@@ -1147,22 +1147,30 @@ def test_the_late_observers_turn_reads_only_the_segments_they_have_not_seen():
     each turn of the late observers (every HAND_OVER_NS) takes the new ones only. It skipped the
     seen ones one by one (islice): 140 us a turn at the end of a 600-step loop, 0.9% of its time."""
     class Walked(list):
-        count = 0
+        count = 0                        # items read, one by one or walked
 
         def __iter__(self):
             for x in list.__iter__(self):
                 Walked.count += 1
                 yield x
 
-    def segment():                       # one settled event, as _add_ready keeps it
-        return (0, 0, [1, ev.MarkStep(1, 1, "host", 0), "", 0, 1, None], 0, ev.OP_FIELDS, 0)
+        def __getitem__(self, i):
+            Walked.count += 1
+            return list.__getitem__(self, i)
+
     rec = ev.Recorder()
-    rec._ready = Walked(segment() for _ in range(10_000))
+
+    def segment():                       # one settled event, as _add_ready keeps it (flat)
+        k = len(rec._own)
+        rec._own += [1, ev.MarkStep(1, 1, "host", 0), "", 0, 1, None]
+        return [0, 0, rec._own, k, k + ev.OP_FIELDS, 0]
+    rec._ready = Walked(x for _ in range(10_000) for x in segment())
     rec._late_ready = len(rec._ready)    # seen at the previous turn
-    rec._ready.append(segment())
+    rec._ready += segment()
     parts = rec._late_pending()
     assert [type(x) for p in parts for x in p] == [ev.MarkStep]
-    assert Walked.count <= 1 and rec._late_ready == 10_001
+    # the new segment's stamps, its lo and its hi: not the 10,000 seen before it
+    assert Walked.count <= 3 and rec._late_ready == 10_001 * ev.READY_FIELDS
 
 
 def test_late_observers_get_each_event_once_in_order_while_the_run_stays_unhanded(step, monkeypatch):
