@@ -459,13 +459,13 @@ class SectionPanel:
             self.refresh([name])
 
     def _update_status(self) -> None:
-        s = self.stats
-        state = "finished" if self.finished else ("live" if self._handle is not None else "idle")
         if not self.built:                  # (a section's panel, attached right after it is shown)
             self.status.value = (f"<span style='color:#555;font-size:12px'>{_esc(self.title) + ': ' if self.title else ''}"
                                  "recording. The panel (Graph, Timeline, Recompiles, Metrics, Advice) is drawn at "
                                  "its first live redraw and when the cell ends.</span>")
             return
+        s = self.stats
+        state = "finished" if self.finished else ("live" if self._handle is not None else "idle")
         live = (f"; {s['live_refreshes']} live redraws took {1000 * s['live_s']:.0f} ms = "
                 f"{100 * self.overhead():.1f}% of the {s['wall_s']:.2f} s the section ran" if s["wall_s"] > 0 else "")
         self.status.value = (f"<span style='color:#555;font-size:12px'>{state}: {len(self.events)} events"

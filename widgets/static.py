@@ -68,17 +68,19 @@ def _text(title: str) -> str:
     return f"<section panel: {title}>" if title else "<section panel>"
 
 
+def _view(widget, title: str) -> dict:
+    """The bundle of a panel's display: its widget's view, and the text/plain nbval compares."""
+    return {VIEW: widget._repr_mimebundle_()[VIEW], "text/plain": _text(title)}
+
+
 def display_panel(panel):
     """Display ``panel`` (a SectionPanel) so that its output can be updated later; the handle. A
     panel whose tabs are not built yet shows its status line, and the whole panel once built (its
     first redraw). Every bundle carries the same text/plain (see the module's docstring)."""
     from IPython.display import display
-    data = {VIEW: panel.view()._repr_mimebundle_()[VIEW], "text/plain": _text(panel.title)}
-    handle = display(data, raw=True, display_id=True)
+    handle = display(_view(panel.view(), panel.title), raw=True, display_id=True)
     if not panel.built:
-        def show_built():
-            handle.update({VIEW: panel.widget._repr_mimebundle_()[VIEW], "text/plain": _text(panel.title)}, raw=True)
-        panel._on_built = show_built
+        panel._on_built = lambda: handle.update(_view(panel.widget, panel.title), raw=True)
     return handle
 
 
@@ -92,9 +94,7 @@ def leave_picture(handle, panel, picture: str = "timeline", dpi: int = 80) -> Op
         if fig is None:
             return None
         png = png_bytes(fig, dpi)
-    bundle = panel.widget._repr_mimebundle_()
-    handle.update({VIEW: bundle[VIEW], "image/png": base64.b64encode(png).decode("ascii"),
-                   "text/plain": _text(panel.title)}, raw=True)
+    handle.update({**_view(panel.widget, panel.title), "image/png": base64.b64encode(png).decode("ascii")}, raw=True)
     return png
 
 
