@@ -1253,9 +1253,7 @@ class Recorder:
         if hc.last_clock is clock:           # its last stamp may be an op's (op_accumulated)
             clock.last_end = hc.last_wall
         last_end = clock.last_end
-        other = hc.last_clock
-        # back from waiting for a thread that runs no user code (backward() on autograd's)?
-        back = other is not None and other is not clock and not other.runs_user_code
+        back = self._back_from_helper(clock)
         if (back and self._defer and type(event) not in self._kinds_now
                 and self._switch_back(event.t_start, event.t_end, event, w0, clock)):
             return
@@ -1344,19 +1342,23 @@ class Recorder:
             # the user's thread back from backward(): its first event, a GraphBuilt, once a step
             # (built and emitted, it went emit's way to the same switch: ~5 us more in place)
             clock = getattr(self._tls, "clock", None)
-            if clock is not None and not self._muted and self._switch_back(fields[0], fields[1], (cls,) + fields,
-                                                                            w0, clock):
+            if (clock is not None and not self._muted and self._back_from_helper(clock)
+                    and self._switch_back(fields[0], fields[1], (cls,) + fields, w0, clock)):
                 return
         self.emit(cls(*fields))
 
+    def _back_from_helper(self, clock: _ThreadClock) -> bool:
+        """Whether ``clock``'s thread comes back from waiting for a thread that runs no user code
+        (backward() on autograd's): that thread stamped last."""
+        other = self._host.last_clock
+        return other is not None and other is not clock and not other.runs_user_code
+
     def _switch_back(self, t_start: int, t_end: int, item, w0: int, clock: _ThreadClock) -> bool:
-        """(emit, emit_host: a host event of ``clock``'s thread that goes into the run, at ``w0``)
-        The thread back from waiting for one that runs no user code (backward() on autograd's),
-        with no gap: the event into the run with a reading (_switch_in_run). False: not this case."""
+        """(emit, emit_host: a host event of ``clock``'s thread that goes into the run, at ``w0``;
+        the thread is back from waiting for one that runs no user code: _back_from_helper) With no
+        gap, the event into the run with a reading (_switch_in_run). False: not this case."""
         hc = self._host
-        other = hc.last_clock
-        if (other is None or other is clock or other.runs_user_code or not self._run_until
-                or clock.gap_end is not None or t_start - hc.last_wall > BLOCKED_MIN_NS):
+        if not self._run_until or clock.gap_end is not None or t_start - hc.last_wall > BLOCKED_MIN_NS:
             return False
         start = t_end if hc.last_wall <= t_end <= w0 and w0 - t_end < OBSERVER_EXACT_NS else w0
         self._switch_in_run(start, item, "", 0, clock, hc, hc.last_wall - clock.last_end)
