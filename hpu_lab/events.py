@@ -786,6 +786,14 @@ def _event_of(x: tuple) -> Event:
     return x[0](*x[1:])
 
 
+def _made_at(t_end: int, since: int, now: int) -> int:
+    """Where the recording's bookkeeping of a host event began (emit): at its end ``t_end`` when
+    it was made just now (after ``since``, the thread's stamp before it, and less than
+    OBSERVER_EXACT_NS before ``now``: building it was the observers' work, not the user's), else
+    ``now``."""
+    return t_end if since <= t_end <= now and now - t_end < OBSERVER_EXACT_NS else now
+
+
 def _credit(clock: _ThreadClock, wall: int) -> int:
     """The user's CPU to credit ``clock``'s thread for ``wall`` ns since its previous stamp, taken
     without reading its clock (hc.lock held): the wall time, less what is owed (``debt``)."""
@@ -1231,10 +1239,8 @@ class Recorder:
                 return
             hc = self._host
             last = hc.last_wall
-            start = event.t_end
-            if not last <= start <= w0 or w0 - start >= OBSERVER_EXACT_NS:
-                start = w0
-            self._emit_short(event, everyone, some, hc, self._run_clock, last, start, reopen=False)
+            self._emit_short(event, everyone, some, hc, self._run_clock, last, _made_at(event.t_end, last, w0),
+                             reopen=False)
             return
         if self._muted:
             return
@@ -1261,17 +1267,13 @@ class Recorder:
                 and event.t_start - hc.last_wall <= BLOCKED_MIN_NS and w0 - clock.runq_at <= CPU_READ_NS):
             # the common case (a live panel: ~15 events a step besides the op events, tens of us
             # apart), the same stamps as below in fewer steps: no thread-clock reading, no gap
-            start = event.t_end
-            if not last_end <= start <= w0 or w0 - start >= OBSERVER_EXACT_NS:
-                start = w0
-            self._emit_short(event, everyone, some, hc, clock, last_end, start, reopen=True)
+            self._emit_short(event, everyone, some, hc, clock, last_end, _made_at(event.t_end, last_end, w0),
+                             reopen=True)
             return
         # Building the event (between its end and this call) is the recording's bookkeeping, not
         # the user's host work, when the event was made just now (its end after this thread's
         # previous emit, within OBSERVER_EXACT_NS): it is charged like an observer from there.
-        start = event.t_end
-        if not clock.last_end <= start <= w0 or w0 - start >= OBSERVER_EXACT_NS:
-            start = w0
+        start = _made_at(event.t_end, clock.last_end, w0)
         d = event.__dict__
         # the user's thread back from waiting for a thread that runs no user code (backward() on
         # autograd's), after a gap or with an event taken at once: the wall time from its own last
@@ -1360,8 +1362,7 @@ class Recorder:
         hc = self._host
         if not self._run_until or clock.gap_end is not None or t_start - hc.last_wall > BLOCKED_MIN_NS:
             return False
-        start = t_end if hc.last_wall <= t_end <= w0 and w0 - t_end < OBSERVER_EXACT_NS else w0
-        self._switch_in_run(start, item, "", 0, clock, hc, hc.last_wall - clock.last_end)
+        self._switch_in_run(_made_at(t_end, hc.last_wall, w0), item, "", 0, clock, hc, hc.last_wall - clock.last_end)
         return True
 
     def _into_run(self, item, t_end: int, w0: int) -> None:
@@ -1371,7 +1372,7 @@ class Recorder:
         after the device events queued before it."""
         hc = self._host
         last = hc.last_wall
-        start = t_end if last <= t_end <= w0 and w0 - t_end < OBSERVER_EXACT_NS else w0
+        start = _made_at(t_end, last, w0)
         if self._device_q:
             self._take_device_events()
         self._ops += (start, item, "", 0, last, self._run_clock)
