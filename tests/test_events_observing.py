@@ -788,6 +788,10 @@ def test_both_ends_of_a_backward_pass_stay_in_the_run(step, monkeypatch):
         real_switch(self, *a)
     monkeypatch.setattr(ev.Recorder, "_settle", settle)
     monkeypatch.setattr(ev.Recorder, "_switch_in_run", switch)
+    # no gap, as on an idle machine: under load a thread descheduled for over BLOCKED_MIN_NS at
+    # either end of a pass has its gap measured instead (emit's whole way), which is right there,
+    # and the switches counted fewer (a CPU burner beside the test: 4 of 6, in 6-9 of 15 runs)
+    monkeypatch.setattr(ev, "BLOCKED_MIN_NS", 10**12)
     with ev.Collector() as c:
         _run(step, 6)
     into, back = [t for t in switches if t is not main], [t for t in switches if t is main]
