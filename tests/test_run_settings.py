@@ -7,6 +7,7 @@ the default too. Before, a recipe cached under float32 and found again under flo
 float64 where it had predicted float32, and the next sync raised an OutputMismatch."""
 import threading
 
+import pytest
 import torch
 
 import hpu_lab  # noqa: F401
@@ -35,6 +36,25 @@ class _HeldDevice:
         if self._timer is not None:
             self._timer.cancel()
         self.gate.set()
+
+
+def _matmuls(a, b, set_precision, restore):
+    """CPU's float32 a @ b before and after a precision setting: whether the setting changes the
+    numbers depends on the CPU (oneDNN sends a float32 matmul through bf16 only where the CPU has a
+    fast bf16 path, e.g. AMX; a Xeon with avx512_bf16 but no AMX computes the same float32 product)."""
+    before = a @ b
+    set_precision()
+    try:
+        after = a @ b
+    finally:
+        restore()
+    return before, after
+
+
+def _skip_unless_it_changes_the_product(before, after, setting):
+    if torch.equal(before, after):
+        pytest.skip(f"{setting} does not change a float32 matmul on this CPU (no bf16 matmul path in "
+                    "oneDNN here), so no result can show which setting the device ran under")
 
 
 def _ops(device):
@@ -168,6 +188,10 @@ def test_a_matmul_launched_before_a_new_matmul_precision_gives_cpus_numbers():
     g = torch.Generator().manual_seed(0)
     a, b = torch.randn(256, 256, generator=g), torch.randn(256, 256, generator=g)
     before = torch.get_float32_matmul_precision()
+    _skip_unless_it_changes_the_product(
+        *_matmuls(a, b, lambda: torch.set_float32_matmul_precision("medium"),
+                  lambda: torch.set_float32_matmul_precision(before)),
+        'torch.set_float32_matmul_precision("medium")')
     with _HeldDevice() as held:
         y = a.to("hpu") @ b.to("hpu")
         htcore.mark_step()
@@ -179,7 +203,7 @@ def test_a_matmul_launched_before_a_new_matmul_precision_gives_cpus_numbers():
         finally:
             torch.set_float32_matmul_precision(before)
     assert torch.equal(got, a @ b)
-    assert not torch.equal(medium, a @ b)        # the setting matters here: the test can fail
+    assert not torch.equal(medium, a @ b)        # the setting matters here (checked above)
 
 
 def test_each_setter_launches_the_ops_traced_before_it_changes_anything():
@@ -314,10 +338,18 @@ def test_a_matmul_traced_before_onednns_fp32_precision_changes_gives_cpus_number
     """torch.backends.mkldnn.matmul.fp32_precision = "bf16" sends a CPU float32 matmul through bf16."""
     g = torch.Generator().manual_seed(0)
     a, b = torch.randn(256, 256, generator=g), torch.randn(256, 256, generator=g)
+    before = torch.backends.mkldnn.matmul.fp32_precision
+
+    def set_bf16():
+        torch.backends.mkldnn.matmul.fp32_precision = "bf16"
+
+    def restore():
+        torch.backends.mkldnn.matmul.fp32_precision = before
+    _skip_unless_it_changes_the_product(*_matmuls(a, b, set_bf16, restore),
+                                        'torch.backends.mkldnn.matmul.fp32_precision = "bf16"')
     ieee = a @ b
     y = a.to("hpu") @ b.to("hpu")
-    before = torch.backends.mkldnn.matmul.fp32_precision
-    torch.backends.mkldnn.matmul.fp32_precision = "bf16"
+    set_bf16()
     try:
         bf16 = a @ b
         htcore.mark_step()
