@@ -48,9 +48,9 @@ try:
     from . import compile_backend as _compile_backend  # noqa: E402
 
     _compile_backend.install()  # torch.compile(backend="hpu_backend"), registered when dynamo loads
-    from . import module_apply as _module_apply  # noqa: E402
+    from . import objmodel as _objmodel  # noqa: E402
 
-    _module_apply.install()     # Module.to("hpu") keeps shared parameters shared (claim M12)
+    _objmodel.install()         # hpu is a dense device: Module.to("hpu") keeps Parameters, .data = rebinds
     from . import run_settings as _run_settings  # noqa: E402
 
     _run_settings.install()     # set_default_dtype & co. leave what was traced as it was (run_settings.py)

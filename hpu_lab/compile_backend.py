@@ -13,8 +13,9 @@ wrapper subclass (``__tensor_flatten__``/``__tensor_unflatten__``). HPUTensor ge
 here, in a form where fakeification yields a *plain* FakeTensor on device "hpu" (its single inner
 tensor is an ``HPUBuffer``, a wrapper dynamo treats as plain). So the graphs dynamo and AOTAutograd
 build contain plain "hpu" tensors, and at run time the compiled functions receive the real
-HPUTensors. The protocol is hidden from ``nn.Module._apply``: with it, ``model.to("hpu")`` would
-try ``swap_tensors`` on parameters, which HPUTensor's ``__slots__`` forbid.
+HPUTensors. The protocol is hidden from ``nn.Module._apply`` (and parametrize's ``_maybe_set``):
+with it, ``model.to("hpu")`` would take the ``swap_tensors`` path where CUDA takes ``param.data =``
+(objmodel.py), which keeps a parameter's version counter and hooks on its own implementation.
 """
 from __future__ import annotations
 
@@ -101,7 +102,7 @@ class _Protocol:
 
 def _make_traceable() -> None:
     from torch.nn.utils import parametrize
-    _HIDDEN_FROM.add(inspect.unwrap(torch.nn.Module._apply).__code__)   # module_apply wraps it
+    _HIDDEN_FROM.add(inspect.unwrap(torch.nn.Module._apply).__code__)
     _HIDDEN_FROM.add(parametrize._maybe_set.__code__)      # the other swap_tensors user
     from torch._subclasses.meta_utils import MetaTensorDescriber
     _HIDDEN_FROM_VIEWS.add(MetaTensorDescriber.describe_tensor.__code__)

@@ -12,7 +12,7 @@ import weakref
 
 import torch
 
-from .tensor import Inp, Out
+from .tensor import Inp, Out, Storage
 
 
 # ---- helpers used as graph ops (module level, so a recipe can be pickled to the disk cache) ----
@@ -40,6 +40,35 @@ def scatter(base, src, size, stride, offset, base_stride):
             dst, src = dst.narrow(d, 0, 1), src.narrow(d, 0, 1)
     dst.copy_(src)
     return out
+
+
+def as_dtype(base, base_stride, dtype, n):
+    """The bytes of a storage whose value is ``base``, as ``n`` elements of ``dtype`` (its memory in
+    address order: ``Tensor.view(dtype)``, dtype_views.py)."""
+    b = _layout_ok(base, base_stride)
+    flat = b.as_strided((_extent(b.shape, base_stride),), (1,), 0).view(torch.uint8)
+    return flat[:n * torch.empty((), dtype=dtype).element_size()].view(dtype)
+
+
+def from_dtype(flat, old, size, stride, dtype):
+    """A storage's value (size, stride, dtype) whose bytes are ``flat``'s (a value of ``as_dtype``),
+    and, past them, ``old``'s (None when ``flat`` covers every byte)."""
+    b = flat.view(torch.uint8)
+    n = _extent(size, stride)
+    if old is not None:
+        whole = _layout_ok(old, stride).as_strided((n,), (1,), 0).view(torch.uint8).clone()
+        whole[:b.numel()] = b
+        b = whole
+    return b.view(dtype).as_strided(size, stride, 0)
+
+
+def _extent(size, stride):
+    n = 1
+    for s, st in zip(size, stride):
+        if s == 0:
+            return 0
+        n += (s - 1) * st
+    return n
 
 
 def restride(v, size, stride):
@@ -141,7 +170,8 @@ class CastTo:
         return (CastTo, (self.op, self.dtype))
 
 
-HELPER_NAMES = {view: "view", scatter: "scatter", restride: "restride"}
+HELPER_NAMES = {view: "view", scatter: "scatter", restride: "restride", as_dtype: "as_dtype",
+                from_dtype: "from_dtype"}
 
 
 def target_name(op) -> str:
@@ -210,6 +240,8 @@ class PendingGraph:
         return node.outs
 
     def track(self, st) -> None:
+        if type(st) is not Storage:     # a storage seen as another dtype: its base holds the value
+            st = st.base
         self.written.append(weakref.ref(st))
 
 

@@ -25,7 +25,7 @@ from .graph import PendingGraph, ref_sig, op_key, view, scatter, restride, Inpla
     InplaceOnStorages
 from .runtime import executor
 from .runtime.launch import launch_recipe
-from .tensor import HPUTensor, Inp, Out, contiguous_strides, new_storage_tensor, storage_extent
+from .tensor import HPUTensor, Inp, Out, Storage, contiguous_strides, new_storage_tensor, storage_extent
 
 aten = torch.ops.aten
 CPU = torch.device("cpu")
@@ -837,7 +837,10 @@ def _resigned(pg, a):
 
 def materialize(t, reason: str, src: str):
     """Make t's storage value a device buffer (flushing what it needs); return the Inp."""
-    st = t._st
+    return _materialize(t._st, reason, src)
+
+
+def _materialize(st, reason: str, src: str):
     v = st.value
     if type(v) is Out:
         flush(reason, src, needed=[v])
@@ -878,6 +881,9 @@ def _synced(t, reason: str):
     reason = S.sync_reason or reason
     S.sync_reason = None
     st = t._st
+    seen_as = None
+    if type(st) is not Storage:     # a view of another dtype (dtype_views.py): its base's buffer
+        seen_as, st = st, st.base
     v = st.value
     # the user's line names the events and the recipe's call site: found only when one is made
     src = user_src(4) if (type(v) is Out or S.capture is not None or ev.wants(ev.HostSync)
@@ -885,7 +891,7 @@ def _synced(t, reason: str):
     if S.capture is not None:
         S.capture.refuse(reason, src)       # "<op> is not supported during HPU Graph capturing"
     if type(v) is Out:
-        v = materialize(t, reason, src)
+        v = _materialize(st, reason, src)
     base = v.tensor
     if base is None:
         base = v.get(reason, src)
@@ -893,7 +899,8 @@ def _synced(t, reason: str):
         tt = ev.now()
         ev.emit(ev.HostSync(tt, tt, "host", ev.recorder.step, reason=reason, src=src))
     t0 = ev.now()
-    return build_layout(base, st), t0, src
+    base = build_layout(base, st)
+    return (base if seen_as is None else seen_as.host_view(base)), t0, src
 
 
 def build_layout(base, st):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from . import aliasing, ops
+from . import aliasing, objmodel, ops
 from . import resize as _resize  # out= / resize_ (issue 16)
 from ._source import user_src
 from .lazy import (S, _full, _same_device_error, functional_op, inplace_on_aliases, lazy_op, read_ref, to_cpu,
@@ -130,10 +130,6 @@ def resize_(func, args, kwargs):
     return _resize.resize_(args[0], args[1], lambda dst, src: copy_(None, (dst, src), {}))
 
 
-def set_(func, args, kwargs):
-    raise RuntimeError(f"{ops.op_name(func)} on hpu tensors is not supported in hpu_lab")
-
-
 def lift_fresh(func, args, kwargs):
     return args[0]
 
@@ -255,9 +251,10 @@ HANDLERS = {    # the router's special-op table starts as this (route.py owns it
     aten._local_scalar_dense.default: local_scalar_dense,
     aten.native_dropout.default: native_dropout,
     aten.resize_.default: resize_,
-    aten.set_.source_Tensor: set_,
-    aten.set_.source_Storage: set_,
-    aten.set_.source_Storage_storage_offset: set_,
+    aten.set_.source_Tensor: objmodel.set_,
+    aten.set_.source_Storage: objmodel.set_,
+    aten.set_.source_Storage_storage_offset: objmodel.set_,
+    aten.set_.default: objmodel.set_,
     aten.lift_fresh.default: lift_fresh,
     aten._conj.default: physical(aten.conj_physical.default),
     aten._neg_view.default: physical(aten.neg.default),

@@ -140,8 +140,13 @@ class HPUUntypedStorage(torch.UntypedStorage):
 
 
 class HPUTensor(torch.Tensor):
-    """A tensor on device "hpu": a view of a Storage. All ops go to the active mode."""
-    __slots__ = ("_st", "_size", "_stride", "_offset", "_rc")
+    """A tensor on device "hpu": a view of a Storage. All ops go to the active mode.
+
+    The view (``_st``, ``_size``, ``_stride``, ``_offset``, and ``_rc``, a read cache) lives in the
+    instance ``__dict__``, not in ``__slots__``: an object's class can only be assigned between
+    classes of the same layout, and a CPU ``Parameter`` becomes an hpu one in place (the same
+    Python object, as ``module.to("cuda")`` keeps it: objmodel.py) by taking this class. So do
+    ``torch.utils.swap_tensors`` (which refuses classes with different slots) and ``_apply``."""
 
     @staticmethod
     def __new__(cls, st: Storage, size, stride, offset, dtype, requires_grad=False, zero=False):
@@ -204,7 +209,8 @@ class HPUTensor(torch.Tensor):
         if self.grad is not None:
             new.grad = copy.deepcopy(self.grad, memo)
         self._clear_non_serializable_cached_data()
-        new.__dict__ = copy.deepcopy(self.__dict__, memo)      # e.g. a Parameter's _is_param
+        # e.g. a Parameter's _is_param; not the view, which the clone has of its own storage
+        new.__dict__.update(copy.deepcopy({k: v for k, v in self.__dict__.items() if k not in VIEW_KEYS}, memo))
         memo[id(self)] = new
         return new
 
@@ -249,6 +255,7 @@ class HPUTensor(torch.Tensor):
                 (_to_cpu(self, "torch.save"), self.dtype, "hpu:0", self.requires_grad))
 
 
+VIEW_KEYS = frozenset(("_st", "_size", "_stride", "_offset", "_rc"))   # an HPUTensor's own view of its storage
 _EMPTY: dict = {}
 _ZERO_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.ZeroTensor)
 _dispatch = None       # set by hpu_lab.lazy: the active mode's dispatch function

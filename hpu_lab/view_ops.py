@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 from . import ops
+from .dtype_views import storage_as
 from .lazy import lazy_op
 from .tensor import HPUTensor, storage_extent
 
@@ -40,8 +41,13 @@ def view_op(func, args, kwargs):
     outs = []
     zero = x._is_zerotensor()       # a view of torch's zero tensor is one too, as on CPU
     for size, stride, off, dtype in metas:
-        if dtype != st.dtype:
-            raise NotImplementedError(f"{ops.op_name(func)}: dtype-reinterpreting views are not supported on hpu")
+        if dtype is not st.dtype:       # t.view(torch.uint8): the same bytes as another dtype
+            try:
+                seen_as = storage_as(st, dtype)
+            except NotImplementedError as e:
+                raise NotImplementedError(f"{ops.op_name(func)}: {e}") from None
+            outs.append(HPUTensor(seen_as, size, stride, off, dtype, zero=zero))
+            continue
         outs.append(HPUTensor(st, size, stride, off, dtype, zero=zero))
     return outs[0] if single else type(metas)(outs) if False else outs
 

@@ -148,13 +148,13 @@ def test_model_to_hpu_is_not_affected_by_the_traceable_protocol():
     from torch.utils._python_dispatch import is_traceable_wrapper_subclass
     m = nn.Linear(3, 2)
     w = m.weight
-    m.to("hpu")                                       # Module._apply must not try swap_tensors
-    assert type(m.weight) is nn.Parameter or isinstance(m.weight, HPUTensor)
-    assert m.weight is not w and m.weight.device.type == "hpu"
+    m.to("hpu")                       # Module._apply takes CUDA's path (.data =), not swap_tensors
+    assert isinstance(m.weight, HPUTensor) and isinstance(m.weight, nn.Parameter)
+    assert m.weight is w and m.weight.device.type == "hpu"      # the same Parameter, as on CUDA
     assert is_traceable_wrapper_subclass(m.weight)    # dynamo sees it as traceable
     m.float()
     m.to("cpu")
-    assert m.weight.device.type == "cpu"
+    assert m.weight is w and m.weight.device.type == "cpu" and type(w) is nn.Parameter
 
 
 def test_view_input_mutated_in_place_updates_its_base():

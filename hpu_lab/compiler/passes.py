@@ -8,7 +8,10 @@ import torch
 
 from .. import events as ev
 from .. import ops
-from ..graph import view as _view_helper
+from ..graph import as_dtype, from_dtype, view as _view_helper
+
+# helpers whose output is (part of) an input's memory: no buffer of their own
+_ALIAS_HELPERS = (_view_helper, as_dtype, from_dtype)
 from ..tensor import _itemsize
 from . import layouts
 
@@ -74,7 +77,7 @@ def classify_tensors(g) -> None:
             # an output of a multi-output op (sort, native_layer_norm, fused attention): the op
             # node itself has no single buffer, so each output is counted where it is taken
             n.meta["tensor_class"] = "non-persistent"
-        elif n.op == "call_function" and (n.target is _view_helper or n.target is operator.getitem):
+        elif n.op == "call_function" and (n.target in _ALIAS_HELPERS or n.target is operator.getitem):
             n.meta["tensor_class"] = "alias"
         elif n.op == "call_function":
             n.meta["tensor_class"] = "non-persistent"

@@ -1,18 +1,19 @@
 """``habana_frameworks.torch.core.weight_sharing``: parameters shared before ``module.to("hpu")``
 stay shared after it (seed 003, "weight sharing"; on by default in lazy mode on a real Gaudi).
 
-In hpu_lab this is always on: ``import hpu_lab`` wraps ``nn.Module._apply`` (hpu_lab/module_apply.py),
-so every conversion keeps tied weights tied. This module keeps the bridge's names for scripts that
-call them; turning sharing off is not emulated, because untied copies would silently train apart.
+In hpu_lab this is always so: "hpu" is a dense device to ``nn.Module._apply`` (hpu_lab/objmodel.py),
+which keeps every Parameter object and moves its data, as on CUDA, so a tied weight stays one
+Parameter. This module keeps the bridge's names for scripts that call them; turning sharing off is
+not emulated, because untied copies would silently train apart.
 """
 from __future__ import annotations
 
-from .. import module_apply
+from .. import objmodel
 
 
 def enable_weight_sharing() -> None:
     """Make module conversions keep shared parameters shared (idempotent; already on)."""
-    module_apply.install()
+    objmodel.install()
 
 
 def disable_weight_sharing() -> None:
@@ -20,4 +21,4 @@ def disable_weight_sharing() -> None:
 
 
 def is_enabled() -> bool:
-    return module_apply.installed()
+    return objmodel.installed()
