@@ -14,6 +14,8 @@ Gaudi has none ("Complex datatype is not supported on HPU device").
 """
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 from . import lazy
@@ -41,10 +43,12 @@ class Reinterpreted:
     def value(self):
         v = self.base.value
         seen = self._seen
-        if seen is not None and seen[0] is v and _current(seen[1]):
-            return seen[1]
+        if seen is not None:
+            r = seen[1]()
+            if r is not None and seen[0]() is v and _current(r):
+                return r
         r = self._read(v)
-        self._seen = (v, r)
+        self._seen = (weakref.ref(v), weakref.ref(r))     # weak: no old buffer kept (lazy.read_ref)
         return r
 
     @value.setter
@@ -54,7 +58,7 @@ class Reinterpreted:
         base.value = v
         if type(v) is Out:
             lazy.S.pg.track(base)
-        self._seen = (v, r)
+        self._seen = (weakref.ref(v), weakref.ref(r))
 
     def host_view(self, base_tensor):
         """This storage's buffer, given the base's laid out as the base (zero-copy)."""

@@ -42,6 +42,31 @@ def scatter(base, src, size, stride, offset, base_stride):
     return out
 
 
+def scatter_into(base, src, size, stride, offset, base_stride):
+    """``scatter`` written into ``base`` itself: the flush found that no one else reads its old value
+    (donation.py). A buffer whose memory another tensor shares (a zero-copy view made on the host)
+    is copied first, as by ``scatter``."""
+    if base.stride() != base_stride or base.storage_offset() != 0 or base._use_count() != 1 or \
+            torch._C._storage_Use_Count(base.untyped_storage()._cdata) != _OWN_STORAGE_USES:
+        return scatter(base, src, size, stride, offset, base_stride)
+    dst = base.as_strided(size, stride, offset)
+    for d, (s, st) in enumerate(zip(size, stride)):
+        if st == 0 and s > 1:
+            dst, src = dst.narrow(d, 0, 1), src.narrow(d, 0, 1)
+    dst.copy_(src)
+    return base
+
+
+def _storage_uses_of_own_buffer() -> int:
+    """What ``_storage_Use_Count`` reports for a tensor alone on its memory (the Python storage
+    object made to ask counts too)."""
+    t = torch.empty(1)
+    return torch._C._storage_Use_Count(t.untyped_storage()._cdata)
+
+
+_OWN_STORAGE_USES = _storage_uses_of_own_buffer()
+
+
 def as_dtype(base, base_stride, dtype, n):
     """The bytes of a storage whose value is ``base``, as ``n`` elements of ``dtype`` (its memory in
     address order: ``Tensor.view(dtype)``, dtype_views.py)."""
@@ -171,7 +196,7 @@ class CastTo:
 
 
 HELPER_NAMES = {view: "view", scatter: "scatter", restride: "restride", as_dtype: "as_dtype",
-                from_dtype: "from_dtype"}
+                from_dtype: "from_dtype", scatter_into: "scatter_into"}
 
 
 def target_name(op) -> str:

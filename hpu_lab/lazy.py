@@ -20,7 +20,7 @@ from ._source import user_src
 from .capture import GraphCapture
 from .compiler import find
 from .compiler.recipe import GraphKey
-from . import aliasing, foreach_errors, iter_strides
+from . import aliasing, donation, foreach_errors, iter_strides
 from .graph import PendingGraph, ref_sig, op_key, view, scatter, restride, InplaceOnClone, CastTo, \
     InplaceOnStorages
 from .runtime import executor
@@ -152,6 +152,9 @@ def _whole_reshape(t) -> bool:
             and st.stride == contiguous_strides(st.size))
 
 
+_weak = weakref.ref
+
+
 def read_ref(t):
     """A reference to t's current value: an Out, an Inp, or a new view node over the storage."""
     st = t._st
@@ -161,14 +164,20 @@ def read_ref(t):
     if t._offset == 0 and t._size == st.size and t._stride == st.stride:
         return v
     rc = t._rc
-    # the cached view node is only valid in the graph that is still pending (not after a flush)
-    if rc is not None and rc[0] is v and rc[1].node.graph is S.pg and rc[1].node.launched is None:
-        return rc[1]
+    # the cached view node is only valid in the graph that is still pending (not after a flush).
+    # A weak reference: a view read once held its node, whose arguments held the storage's value
+    # of then, so every view of a buffer written since kept an old copy of the whole buffer alive
+    if rc is not None:
+        r = rc()
+        if r is not None:
+            n = r.node
+            if n.args[0] is v and n.graph is S.pg and n.launched is None:
+                return r
     pg = S.pg
     sig = (ref_sig(pg, v), t._size, t._stride, t._offset, st.stride)
     (r,) = pg.add(view, (v, t._size, t._stride, t._offset, st.stride), {}, [(t._size, t._stride, t.dtype)],
                   None, sig, (), (v,), _src() if S.source_lines else "")
-    t._rc = (v, r)
+    t._rc = _weak(r)
     return r
 
 
@@ -746,6 +755,10 @@ def flush(trigger: str, src: str, needed=None):
                 if type(r) is Inp and id(r) not in seen:
                     seen.add(id(r))
                     externals.append(r)
+        # writes into part of a buffer nothing else reads go in place (donation.py counts the
+        # references to each buffer: none may be left in this frame's loop names)
+        r = v = st = w = None
+        donation.donations(nodes, outs, externals, pg, S.capture is not None)
         key = GraphKey(tuple(n.sig for n in nodes), tuple((o.node.index, o.idx) for o in outs),
                        tuple(n.h for n in nodes), _default_dtype())
         site = src

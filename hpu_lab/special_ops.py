@@ -25,9 +25,17 @@ def copy_(func, args, kwargs):
         return dst
     if isinstance(dst, HPUTensor):
         if isinstance(src_t, HPUTensor):
+            if src_t._st is dst._st and src_t._offset == dst._offset and src_t._size == dst._size and \
+                    src_t._stride == dst._stride and src_t.dtype == dst.dtype:
+                return dst           # as CPU's copy_: two views of the same memory, nothing to do
             if aliasing.shares_elements(dst, src_t):     # CPU copies through the shared memory
                 return inplace_on_aliases(aten.copy_.default, tuple(args), kwargs, 0, [1])
-            r = lazy_op(aten.copy.default, (dst, src_t), {})   # functional copy (broadcast + cast)
+            # functional copy (broadcast + cast) into a tensor laid out as dst, then written into dst.
+            # aten::copy clones its first argument's whole storage (clone_preserve_strides) to
+            # overwrite it: for a view of a large buffer (a parameter in ZeRO's flat buffer) that
+            # cost the buffer on every copy. A blank stand-in of the view's shape costs the view.
+            like = dst if _full(dst) else _blank_like(dst)
+            r = lazy_op(aten.copy.default, (like, src_t), {})
             write(dst, _value_ref(r), "aten::copy_")
             return dst
         # host -> device: pinned + non_blocking is queued on the current stream, else the host
@@ -48,6 +56,14 @@ def copy_(func, args, kwargs):
     # device -> host into an existing CPU tensor
     dst.copy_(to_cpu(src_t, ".cpu()"), non_blocking=non_blocking)
     return dst
+
+
+def _blank_like(t):
+    """A new, uninitialised tensor of ``t``'s shape and dtype (its memory is allocated when a graph
+    first reads it, and every element is overwritten there)."""
+    size = t._size
+    stride = contiguous_strides(size)
+    return new_storage_tensor(size, stride, t.dtype, Inp(meta=(size, stride, t.dtype)))
 
 
 def _value_ref(t):

@@ -52,7 +52,7 @@ class Inp:
 
 class Out:
     """Output ``idx`` of a pending node."""
-    __slots__ = ("node", "idx", "meta")
+    __slots__ = ("node", "idx", "meta", "__weakref__")
 
     def __init__(self, node, idx, meta):
         self.node, self.idx, self.meta = node, idx, meta
@@ -156,7 +156,7 @@ class HPUTensor(torch.Tensor):
             requires_grad=requires_grad, _extra_dispatch_keys=_ZERO_KEYS if zero else None)
         r._st = st
         r._size, r._stride, r._offset = size, stride, offset
-        r._rc = None      # read cache: (storage value, ref) for views
+        r._rc = None      # read cache of a view: a weak reference to its view node's output
         return r
 
     # every op reaches __torch_dispatch__ anyway: skip the Python-level __torch_function__ layer

@@ -155,4 +155,7 @@ def lower(gm, quiet: bool = True):
 
 
 def _trace(gm):
-    return torch.jit.trace(gm, tuple(example_inputs(gm)), check_trace=False, strict=False)
+    # _store_inputs=False: a traced module otherwise keeps its example inputs (zero tensors of the
+    # recipe's input layouts) for as long as the recipe is cached: a 381 MB buffer's recipe kept
+    # 381 MB, one more for every recipe compiled for it (each slice written is a recipe of its own)
+    return torch.jit.trace(gm, tuple(example_inputs(gm)), check_trace=False, strict=False, _store_inputs=False)

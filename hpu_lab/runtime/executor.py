@@ -337,7 +337,9 @@ class Stream:
                 ok = False
                 launch.error = launch.recipe.explain_failure(e, args, launch.srcs)
                 _errors.add(launch.error)
-            launch.inputs = None   # drop references: the buffers may be freed now
+            # drop references: the buffers may be freed now (this loop's own names too: they kept the
+            # last launch's inputs and outputs alive until the next launch, a whole buffer each)
+            launch.inputs = args = out = None
             t1 = ev.now()
             # reported before the launch is marked done: a host sync that waits for it then always
             # finds its execution in the event stream (a Collector closed right after the sync saw
