@@ -243,6 +243,7 @@ class PendingGraph:
         self.inps: list = []          # keeps the Inps alive while their ids are slot keys
         self.written: list = []       # weakrefs of storages given a pending value
         self.next_index = 0
+        self.scatters = 0             # writes into part of a storage (donation.py looks only then)
 
     def __len__(self):
         return len(self.nodes)

@@ -216,6 +216,7 @@ def write(t, r, op: str = "") -> None:
         base = st.value
         if S.capture is not None and type(base) is Inp:
             S.capture.saw(base, st)
+        pg.scatters += 1
         (r2,) = pg.add(scatter, (base, r, t._size, t._stride, t._offset, st.stride), {},
                        [(st.size, st.stride, st.dtype)], None,
                        (ref_sig(pg, base), ref_sig(pg, r), t._size, t._stride, t._offset, st.stride),
@@ -757,8 +758,9 @@ def flush(trigger: str, src: str, needed=None):
                     externals.append(r)
         # writes into part of a buffer nothing else reads go in place (donation.py counts the
         # references to each buffer: none may be left in this frame's loop names)
-        r = v = st = w = None
-        donation.donations(nodes, outs, externals, pg, S.capture is not None)
+        if pg.scatters:
+            r = v = st = w = None
+            donation.donations(nodes, outs, externals, pg, S.capture is not None)
         key = GraphKey(tuple(n.sig for n in nodes), tuple((o.node.index, o.idx) for o in outs),
                        tuple(n.h for n in nodes), _default_dtype())
         site = src
