@@ -7,8 +7,9 @@ import torch
 import hpu_lab.core as htcore
 from hpu_lab import events
 from hpu_lab.hpex.normalization import FusedClipNorm
+from hpu_lab.graph import HELPER_NAMES
 
-HELPERS = {"input", "output", "view", "scatter", "restride"}
+HELPERS = {"input", "output", *HELPER_NAMES.values()}     # view, scatter, scatter_into, ...
 
 
 def _model_with_grads(dtype=torch.float32, scale=1.0):

@@ -7,8 +7,9 @@ import torch
 import hpu_lab.core as htcore
 from hpu_lab import config, events
 from hpu_lab.hpex.optimizers import FusedAdagrad, FusedAdamW, FusedSGD
+from hpu_lab.graph import HELPER_NAMES
 
-HELPERS = {"input", "output", "view", "scatter", "restride"}
+HELPERS = {"input", "output", *HELPER_NAMES.values()}     # view, scatter, scatter_into, ...
 
 
 def _model(seed=0):

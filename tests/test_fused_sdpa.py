@@ -7,8 +7,9 @@ import torch.nn.functional as F
 import hpu_lab.core as htcore
 from hpu_lab import events
 from hpu_lab.hpex.kernels import FusedSDPA
+from hpu_lab.graph import HELPER_NAMES
 
-HELPERS = {"input", "output", "view", "scatter", "restride"}
+HELPERS = {"input", "output", *HELPER_NAMES.values()}     # view, scatter, scatter_into, ...
 
 
 def _qkv(dtype, b=2, h=4, hkv=4, L=16, S=12, E=8, bk=None, seed=0):
