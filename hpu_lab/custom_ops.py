@@ -20,7 +20,8 @@ Ops:
   mode, out_dtype=None)``: softmax of ``self * inv_scale_attn`` over keys ``start <= j < end`` (one
   [start, end] pair per group of ``grouped_batch_size`` batch entries), causal with the last query on
   the last key; a row with no key left is all zeros (as the kernel, where softmax would give 1/n).
-- ``scaled_masked_softmax(input, mask, scale)``: ``softmax(input * scale + mask)``.
+- ``scaled_masked_softmax(input, mask, scale)``: ``softmax(input * scale + mask)``; ``mask`` is additive
+  (a bool mask is refused at the call: added, it would be a 0/1 bias).
 - ``kv_reorder_(self, start, end, beam_idx)`` / ``kv_reorder``: beam search's KV-cache reorder. For
   batch entry b, along dim -2 rows ``start[b] <= s < end[b]`` of the beams (dim 1) are replaced by
   those of the source beams packed in ``beam_idx[b]`` (uint8, 2 bits per beam, beam 0 in the high
@@ -124,8 +125,23 @@ def _masked_tri_softmax_meta(x, start_end, inv_scale, grouped_batch_size, use_ma
     return x.new_empty(x.shape, dtype=out_dtype if out_dtype is not None else x.dtype)
 
 
+def _additive_mask_only(mask) -> None:
+    # the kernel adds ``mask`` (the bridge's test: a 0/1 mask cast to bf16 is a bias). A bool mask
+    # would be added as 0/1 too, where attention code means "keep / mask out": refused, not guessed
+    if mask.dtype == torch.bool:
+        raise TypeError("hpu::scaled_masked_softmax: mask is added to input * scale (an additive mask, in "
+                        "the input's dtype); got a bool mask. Convert it first, e.g. "
+                        "torch.zeros_like(x).masked_fill(~mask, float('-inf')) for True = attend")
+
+
 def _scaled_masked_softmax(x, mask, scale):
+    _additive_mask_only(mask)
     return torch.softmax(x.float() * scale + mask.float(), dim=-1).to(x.dtype)
+
+
+def _scaled_masked_softmax_meta(x, mask, scale):
+    _additive_mask_only(mask)
+    return torch.empty_like(x)
 
 
 _define("scaled_triangular_softmax(Tensor self, float inv_scale_attn, Tensor? exp_sum_recpr=None, "
@@ -135,7 +151,8 @@ _define("scaled_triangular_softmax_retain(Tensor self, float inv_scale_attn) -> 
 _define("scaled_masked_triangular_softmax(Tensor self, Tensor start_end, float inv_scale_attn, "
         "int grouped_batch_size, bool use_max, int mode, ScalarType? out_dtype=None) -> Tensor",
         _masked_tri_softmax, _masked_tri_softmax_meta)
-_define("scaled_masked_softmax(Tensor input, Tensor mask, float scale) -> Tensor", _scaled_masked_softmax, _same)
+_define("scaled_masked_softmax(Tensor input, Tensor mask, float scale) -> Tensor", _scaled_masked_softmax,
+        _scaled_masked_softmax_meta)
 
 
 # ---------------------------------------------------------------- KV cache and interleave

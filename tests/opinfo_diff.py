@@ -30,6 +30,10 @@ try:
     from torch.testing._internal.common_methods_invocations import op_db
 except Exception:            # a torch without its testing package: the tests skip
     op_db = None
+else:
+    # OpInfo-style entries of our own: the attention masks of transformers' SDPA path
+    from attention_masks import extra_ops
+    op_db = list(op_db) + extra_ops()
 
 # ops whose CPU reference itself is not repeatable, or that have no hpu meaning
 SKIP = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "empty_permuted",

@@ -84,3 +84,20 @@ def test_shards_partition_the_ops():
     for bad in ("0/3", "4/3", "1", "a/b"):
         with pytest.raises(ValueError, match="--shard wants I/N"):
             od.parse_shard(bad)
+
+
+@pytest.mark.parametrize("cfg", list(od.CONFIGS))
+def test_transformers_attention_masks_match_cpu(cfg):
+    """Every sample of the attention masks transformers' SDPA path builds (attention_masks.py:
+    padded batches, fully masked rows, float and bool masks, causal with a mask, GQA), in every
+    configuration: a bool mask used to be added as a 0/1 bias (issue 32)."""
+    op, = [op for op in od.ops_for(torch.float32) if od.op_id(op).endswith(".transformers_masks")]
+    lazy, dtype, grad = od.CONFIGS[cfg]
+    config.set(PT_HPU_LAZY_MODE=lazy)
+    try:
+        ss = od.samples(op, dtype, grad)
+        kinds = [od.run_sample(op, s, dtype, grad) for s in ss]
+    finally:
+        config.reload()
+    assert len(ss) == 13
+    assert [k for k in kinds if k[0] != "pass"] == []
