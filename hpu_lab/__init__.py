@@ -60,6 +60,9 @@ try:
     from . import sdpa as _sdpa  # noqa: E402
 
     _sdpa.install()             # F.scaled_dot_product_attention: one node, CPU's kernel
+    from . import dropout_ops as _dropout_ops  # noqa: E402
+
+    _dropout_ops.install()      # dropout arriving whole (inference_mode): a node, capturable
     from . import linear_ce as _linear_ce  # noqa: E402
 
     _linear_ce.install()        # F.linear_cross_entropy(options=...): the chunked op with CPU's picks

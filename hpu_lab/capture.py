@@ -14,8 +14,9 @@ class GraphCapture(Protocol):
     def saw(self, inp, storage) -> None:
         """A pending op read the device buffer ``inp`` through ``storage`` (bound again at replay)."""
 
-    def created(self, inp) -> None:
-        """A host buffer became a device value (a constant of the graph, or redrawn: ``inp.regen``)."""
+    def created(self, inp, source=None) -> None:
+        """A host buffer became a device value (a constant of the graph, or redrawn: ``inp.regen``);
+        ``source``: the CPU tensor it was copied from (an H2D copy, a CPU operand of an hpu op)."""
 
     def note_random(self) -> None:
         """A random op drew on the host."""

@@ -228,18 +228,19 @@ def write(t, r, op: str = "") -> None:
     t._rc = None
 
 
-def write_concrete(t, cpu_tensor, regen=None, op: str = "") -> None:
-    """t's elements now hold a host tensor already on the device (an H2D copy or a host draw)."""
+def write_concrete(t, cpu_tensor, regen=None, op: str = "", source=None) -> None:
+    """t's elements now hold a host tensor already on the device (an H2D copy of ``source``, or a
+    host draw)."""
     st = t._st
     if _full(t) and tuple(cpu_tensor.stride()) == st.stride and cpu_tensor.storage_offset() == 0:
         st.value = inp = Inp(cpu_tensor, (st.size, st.stride, st.dtype), regen=regen)
         if S.capture is not None:
-            S.capture.created(inp)      # a constant of the graph, or redrawn at replay (regen)
+            S.capture.created(inp, source)   # a constant of the graph, or redrawn at replay (regen)
         t._rc = None
         return
     inp = Inp(cpu_tensor, (tuple(cpu_tensor.shape), tuple(cpu_tensor.stride()), cpu_tensor.dtype), regen=regen)
     if S.capture is not None:
-        S.capture.created(inp)
+        S.capture.created(inp, source)
     write(t, inp, op)
 
 
@@ -298,6 +299,8 @@ def _walk(a, pg, refs, mkeys):
     if isinstance(a, torch.Tensor):
         if a.device.type == "cpu" and a.dim() == 0:
             inp = Inp(a.detach().clone(), ((), (), a.dtype))
+            if S.capture is not None:
+                S.capture.created(inp, a)       # the graph keeps this copy (graphs/recording.py)
             refs.append(inp)
             mkeys.append(("cpu0", a.dtype))
             return inp, ref_sig(pg, inp)
@@ -306,6 +309,8 @@ def _walk(a, pg, refs, mkeys):
             from .transfers import operand
             v = operand(a)
             inp = Inp(v, (tuple(v.shape), tuple(v.stride()), v.dtype))
+            if S.capture is not None:
+                S.capture.created(inp, a)       # the graph keeps this copy (graphs/recording.py)
             refs.append(inp)
             mkeys.append((inp.meta[0], inp.meta[1], v.dtype))
             return inp, ref_sig(pg, inp)

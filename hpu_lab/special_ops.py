@@ -44,7 +44,7 @@ def copy_(func, args, kwargs):
         val, launch = host_to_device(dst._size, dst._stride, dst.dtype, src_t, non_blocking, "aten::copy_",
                                      user_src(3), None if S.capture is not None else S.stream)
         if launch is None:
-            write_concrete(dst, val, op="aten::copy_")
+            write_concrete(dst, val, op="aten::copy_", source=src_t)
         else:
             meta = (dst._size, dst._stride, dst.dtype)
             if _full(dst) and meta[1] == dst._st.stride:

@@ -35,6 +35,7 @@ class HPUGraph:
         self._rec = None             # the Recording, once captured
         self._capture = None         # the Capture while one is underway
         self._why_empty = "nothing was captured yet (call capture_begin() / capture_end())"
+        self._failed = None          # why the last capture failed: such a graph is never replayed
         self._user_inputs = []       # mark_user_inputs (until capture_end)
         self._user_meta = []         # (shape, dtype, storage layout) of each marked user input
         self._user_outputs = []      # mark_user_outputs (kept for API parity)
@@ -80,7 +81,7 @@ class HPUGraph:
             lazy.end_capture(cap)
             self._capture = None
             host_state.stop(cap.mode)
-            self._why_empty = "the capture failed while compiling its last graph"
+            self._why_empty = self._failed = "the capture failed while compiling its last graph"
             raise
         lazy.end_capture(cap)
         self._capture = None
@@ -98,7 +99,7 @@ class HPUGraph:
         if self._capture is cap:
             self._capture = None
             self._rec = None
-            self._why_empty = f"the capture was abandoned: {message}"
+            self._why_empty = self._failed = f"the capture was abandoned: {message}"
         if cap.mode is not None:
             host_state.stop(cap.mode)
 
@@ -119,24 +120,33 @@ class HPUGraph:
         self._replay(None)
 
     def _replay(self, user) -> None:
-        rec = self._rec
-        if rec is None:
-            raise HPUGraphError(f"HPUGraph.replay: graph {self.id} cannot replay: {self._why_empty}")
+        """Launch the recording. A graph with nothing captured (never captured, or reset) replays as
+        the bridge's does: ``HPUGraph::replay`` marks a step, then replays each of its captured
+        graphs, of which there are none (backend/habana_device/HPUGraph.cpp). A graph whose
+        capture failed is refused: it holds nothing, and its outputs were never computed."""
         src = user_src(3)
         if lazy.S.capture is not None:
             lazy.S.capture.refuse("HPUGraph.replay", src)
+        rec = self._rec
+        if rec is None and self._failed is not None:
+            raise HPUGraphError(f"HPUGraph.replay: graph {self.id} cannot replay: {self._why_empty}")
         host_state.drop_finished()
         t0 = ev.now()
         with lazy.S.lock:
             if lazy.S.pg.nodes:
                 lazy.flush("HPUGraph.replay", f"{src} (before a replay)")
-            recording.run(rec, user)
-        self.replays += 1
+            if rec is not None:
+                recording.run(rec, user)
+        if rec is not None:
+            self.replays += 1
         ev.emit(ev.Replay(t0, ev.now(), "host", ev.recorder.step, graph_id=self.id,
-                          recipes=len(rec.steps), src=src))
+                          recipes=0 if rec is None else len(rec.steps), src=src))
 
     def replayV2(self, static_tlist, tlist, asynchronous: bool = False) -> None:
         """Replay with ``tlist[i]`` in place of the static input ``static_tlist[i]``."""
+        if self._rec is None:
+            self._replay(None)             # nothing captured: a step marker, as the bridge's (or refused)
+            return
         check_replay_inputs("HPUGraph.replayV2", list(tlist), list(static_tlist))
         for s, t in zip(static_tlist, tlist):
             static_copy(s, t)
@@ -144,6 +154,9 @@ class HPUGraph:
 
     def replayV3(self, tlistI, asynchronous: bool = False) -> None:
         """Replay reading ``tlistI`` directly where the graph read the ``mark_user_inputs`` tensors."""
+        if self._rec is None:
+            self._replay(None)             # nothing captured: a step marker, as the bridge's (or refused)
+            return
         if not self._user_meta:
             raise HPUGraphError("HPUGraph.replayV3: call mark_user_inputs(tensors) during the capture first")
         tlist = list(tlistI)
@@ -185,6 +198,7 @@ class HPUGraph:
     def reset(self) -> None:
         """Free the captured graph (its recipes stay in the recipe cache)."""
         self._rec = None
+        self._failed = None
         self._why_empty = "the graph was reset"
 
     def __del__(self):

@@ -58,12 +58,14 @@ class Step:
 
 
 class Recording:
-    __slots__ = ("steps", "regens", "random_ops")
+    __slots__ = ("steps", "regens", "random_ops", "host_sources")
 
-    def __init__(self, steps, regens, random_ops):
+    def __init__(self, steps, regens, random_ops, host_sources=()):
         self.steps = steps
         self.regens = regens          # [(draw, meta)] in the order the capture drew them
         self.random_ops = random_ops
+        # [(CPU tensor, the device copy the graph holds, user line)]: checked before each replay
+        self.host_sources = list(host_sources)
 
     @property
     def node_count(self) -> int:
@@ -109,6 +111,7 @@ class Capture(GraphCapture):
         self.steps = []
         self.random_ops = 0
         self.host_copies = {}   # id(inp) -> user line: host data copied to the device in the capture
+        self.host_sources = {}  # id(inp) -> CPU tensor (an alias of it) that inp was copied from
         self.mode = None        # host_state.HostStateMode while capturing
 
     # ---- reports from the lazy runtime
@@ -117,7 +120,7 @@ class Capture(GraphCapture):
         if i not in self.seen:
             self.seen[i] = (inp, storage)
 
-    def created(self, inp) -> None:
+    def created(self, inp, source=None) -> None:
         i = id(inp)
         self.made[i] = inp
         if inp.regen is not None:
@@ -125,6 +128,10 @@ class Capture(GraphCapture):
             self.regens.append((inp.regen, inp.meta))
         else:
             self.host_copies[i] = user_src(2)
+            if source is not None:
+                # an alias (same storage and version counter), not the caller's object: a write into
+                # the CPU tensor, or into a tensor it views, is seen through it at replay time
+                self.host_sources[i] = source.detach()
 
     def note_random(self) -> None:
         self.random_ops += 1
@@ -195,15 +202,19 @@ class Capture(GraphCapture):
     def finish(self) -> Recording:
         if self.dry_run:
             self._undo_dry_writes()
-        frozen = sorted({self.host_copies[id(p)] for s in self.steps for k, p in s.binds
-                         if k == CONST and id(p) in self.host_copies})
+        consts = {id(p): p for s in self.steps for k, p in s.binds if k == CONST and id(p) in self.host_copies}
+        frozen = sorted({self.host_copies[i] for i in consts})
         if frozen:
             warnings.warn(HPUGraphWarning(
                 f"HPU Graph {self.graph.id}: host data copied to the device during the capture (at "
-                f"{', '.join(frozen)}) is a constant of the graph: every replay reuses the captured values. "
-                "If they change from step to step (e.g. an optimizer's host-computed step size), compute "
-                "them on the device or copy them into a static tensor before each replay."), stacklevel=3)
-        return Recording(self.steps, self.regens, self.random_ops)
+                f"{', '.join(frozen)}: a CPU tensor copied, or read by an hpu op) is a constant of the graph: "
+                "every replay reuses the captured values, as on a Gaudi, where the graph keeps the device "
+                "copy the capture made. If they change from step to step (e.g. an optimizer's host-computed "
+                "step size), compute them on the device or copy them into a static hpu tensor before each "
+                "replay; a replay after such a CPU tensor changed raises HPUGraphError."), stacklevel=3)
+        sources = [(self.host_sources[i], p.tensor, self.host_copies[i]) for i, p in consts.items()
+                   if i in self.host_sources and p.tensor is not None]
+        return Recording(self.steps, self.regens, self.random_ops, sources)
 
     def _undo_dry_writes(self) -> None:
         """Dry run executes nothing: storages the capture read and overwrote get their old value."""
@@ -236,6 +247,29 @@ def _check_default_dtype(rec: Recording) -> None:
                 f"(nothing was launched; on a Gaudi the graph keeps the dtypes it was captured with)")
 
 
+def _same_bits(a, b) -> bool:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return torch.equal(a.reshape(-1).contiguous().view(torch.uint8), b.reshape(-1).contiguous().view(torch.uint8))
+
+
+def _check_host_sources(rec: Recording) -> None:
+    """Refuse a replay that would compute with a stale copy of a CPU tensor. The bridge copies a CPU
+    operand to the device when the op is recorded (LazyOp::set_inputs: ``tensor.to(kHPU)``; an H2D
+    ``copy_`` likewise makes an input node holding the data), and ``SingleHPUGraph::replayGraph``
+    launches on the inputs the capture saved: every replay reuses that copy. hpu_lab keeps that copy
+    too, and, rather than give the old values in silence, refuses the replay once the CPU tensor
+    no longer holds them (nothing is launched)."""
+    for src, baked, line in rec.host_sources:
+        if not _same_bits(src, baked):
+            raise HPUGraphError(
+                f"HPUGraph.replay(): the CPU tensor {tuple(src.shape)} {str(src.dtype).replace('torch.', '')} "
+                f"read during the capture at {line} has changed since. The graph holds the copy the capture made "
+                "(as on a Gaudi, where the replay reuses the device copy of a CPU tensor without a word), so this "
+                "replay would compute with the old values. Keep the tensor on the device (or copy_ the new values "
+                "into a static hpu tensor the graph reads) and capture again (nothing was launched)")
+
+
 def run(rec: Recording, user=None) -> None:
     """Launch each recorded recipe on the current values of its input storages; rebind outputs.
 
@@ -243,6 +277,7 @@ def run(rec: Recording, user=None) -> None:
     layouts. The caller holds ``lazy.S.lock`` and has flushed pending lazy work.
     """
     _check_default_dtype(rec)                                     # before anything is drawn or launched
+    _check_host_sources(rec)
     draws = [Inp(draw(), meta) for draw, meta in rec.regens]    # host draws, in capture order
     made = []
     stream = lazy.S.stream

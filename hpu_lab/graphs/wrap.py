@@ -28,10 +28,12 @@ from .streams import default_stream, stream as stream_ctx
 
 
 class CachedParams:
-    __slots__ = ("graph_inputs", "graph_outputs", "graph")
+    __slots__ = ("graph_inputs", "graph_outputs", "graph", "host_inputs")
 
-    def __init__(self, graph_inputs, graph_outputs, graph):
+    def __init__(self, graph_inputs, graph_outputs, graph, host_inputs=()):
         self.graph_inputs, self.graph_outputs, self.graph = graph_inputs, graph_outputs, graph
+        # without the tensor cache: the capture call's CPU tensors (the graph holds their copies)
+        self.host_inputs = host_inputs
 
 
 def input_key(args, kwargs):
@@ -66,7 +68,9 @@ def _wrapped_forward(cache, orig, args, kwargs, opts):
                 g._abandon_on_error(e)
                 raise
             g.capture_end()
-        cache[key] = CachedParams(None if no_cache else _tensors((args, kwargs)), outputs, g)
+        tensors = _tensors((args, kwargs))
+        cache[key] = CachedParams(None if no_cache else tensors, outputs, g,
+                                  [t for t in tensors if t.device.type == "cpu"] if no_cache else ())
         if dry:                         # nothing ran during the capture: run it now
             _replay(cache[key], args, kwargs)
         return outputs
@@ -79,7 +83,13 @@ def _wrapped_forward(cache, orig, args, kwargs, opts):
 
 def _replay(cached, args, kwargs):
     if cached.graph_inputs is None:                 # no tensor cache: read this call's inputs
-        cached.graph.replayV3(_tensors((args, kwargs)))
+        tensors = _tensors((args, kwargs))
+        # CPU arguments are not graph inputs (the capture copied them); as the bridge's copy_to,
+        # their new values go into the captured ones, so the replay's check sees a change
+        for dst, src in zip(cached.host_inputs, [t for t in tensors if t.device.type == "cpu"]):
+            if dst is not src:
+                dst.copy_(src)
+        cached.graph.replayV3([t for t in tensors if t.device.type != "cpu"])
     else:
         for dst, src in zip(cached.graph_inputs, _tensors((args, kwargs))):
             static_copy(dst, src)
