@@ -230,6 +230,11 @@ def _run_meta(func, margs, mkwargs):
         margs[1] = torch.empty(c, dtype=margs[0].dtype, device=META)
         if margs[2] is None:
             margs[2] = torch.empty(c, dtype=margs[0].dtype, device=META)
+    empties = None if is_view(func) else _empties((margs, mkwargs))
+    if empties == "all":
+        # every tensor input has zero elements: no value to stand in for, so CPU's own kernel
+        # decides the outputs' layouts, and raises CPU's error at the op (max() of nothing)
+        return _meta_from_cpu(func, margs, mkwargs)
     try:
         return func(*margs, **mkwargs)
     except (NotImplementedError, torch._subclasses.fake_tensor.DynamicOutputShapeException) as e:
@@ -241,7 +246,70 @@ def _run_meta(func, margs, mkwargs):
                 or "cannot be called on meta tensors" in msg or "item() on a meta" in msg.lower() \
                 or "Tensor.item()" in msg:
             raise MetaFailure(msg) from None
+        if empties:
+            return _meta_from_cpu(func, margs, mkwargs)
         raise
+    except Exception as e:
+        # a Python decomposition standing in for the Meta kernel failed where CPU's C++ kernel need
+        # not: mse_loss_backward's 2 / numel() on zero elements (ZeroDivisionError), where CPU's
+        # double division gives inf, times no elements
+        if empties:
+            return _meta_from_cpu(func, margs, mkwargs)
+        raise
+
+
+def _tensors_in(a):
+    if isinstance(a, torch.Tensor):
+        yield a
+    elif isinstance(a, (list, tuple)):
+        for x in a:
+            yield from _tensors_in(x)
+    elif isinstance(a, dict):
+        for x in a.values():
+            yield from _tensors_in(x)
+
+
+_STAND_IN_MAX = 1 << 16     # elements, all inputs together: what CPU's kernel may be asked on
+
+
+def _empties(a):
+    """"all" if every tensor in ``a`` has zero elements, True if some do (and the rest are small
+    enough to stand in for), else None."""
+    ts = list(_tensors_in(a))
+    n_empty = sum(1 for t in ts if t.numel() == 0)
+    if not n_empty:
+        return None
+    if n_empty == len(ts):
+        return "all"
+    return True if sum(t.numel() for t in ts) <= _STAND_IN_MAX else None
+
+
+def _meta_from_cpu(func, margs, mkwargs):
+    """Zero-element inputs: the outputs' metadata from CPU's kernel, run on zero-filled CPU tensors
+    of the same layouts (a shape does not depend on values; zeros are valid indices and lengths).
+    If CPU's kernel refuses the inputs too, its error is raised, as on CPU."""
+    def cpu(a):
+        if isinstance(a, torch.Tensor):
+            return torch.empty_strided(a.shape, a.stride(), dtype=a.dtype).zero_()
+        if isinstance(a, (list, tuple)):
+            return type(a)(cpu(x) for x in a)
+        if isinstance(a, torch.device) and a.type == "meta":
+            return torch.device("cpu")
+        return a
+
+    def meta(r):
+        if isinstance(r, torch.Tensor):
+            return torch.empty_strided(r.shape, r.stride(), dtype=r.dtype, device=META)
+        if isinstance(r, (list, tuple)):
+            return type(r)(meta(x) for x in r)
+        return r
+
+    with torch.no_grad():
+        try:
+            res = func(*cpu(margs), **{k: cpu(v) for k, v in mkwargs.items()})
+        except Exception as e:
+            raise e from None               # CPU's own error (not the Meta kernel's)
+    return meta(res)
 
 
 def cached_meta(key, compute):
