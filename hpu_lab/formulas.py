@@ -7,6 +7,8 @@ kernel for ``prod`` computes both and selects as CPU does, on the device (no hos
 ``prod(dim)`` uses the quotient unless the input holds a zero anywhere; the full ``prod`` uses the
 quotient unless it holds a zero (one zero: the safe formula; more: it gives zeros, as CPU's).
 
+``silu_backward`` and ``mish_backward``: see ``_CPU_KERNEL_NOT_DECOMPOSED`` below.
+
 ``ormqr``'s backward, for a subclass, builds the input's gradient out of place (``cat`` of
 columns): contiguous, where CPU's in-place formula leaves it in the input's own layout (a
 column-major Householder matrix from ``geqrf`` gets a column-major gradient). The values are equal
@@ -83,6 +85,24 @@ def install() -> None:
         _lib.impl("prod", prod, "AutogradPrivateUse1")
         _lib.impl("prod.dim_int", prod_dim, "AutogradPrivateUse1")
         _lib.impl("ormqr", ormqr, "AutogradPrivateUse1")
+        for name in _CPU_KERNEL_NOT_DECOMPOSED:
+            _lib.impl(name, _never_called(name), "PrivateUse1")
+
+
+# Ops that are CompositeImplicitAutograd *and* have a CPU kernel (all of aten: these two, and
+# native_channel_shuffle, whose decomposition only moves data). CPU runs the kernel; for a device
+# with no kernel of its own the dispatcher decomposes them (silu_backward into sigmoid, sub, mul...),
+# so hpu gradients of SiLU and Mish differed from CPU's in the last bits (issue 38). A PrivateUse1
+# registration stops the decomposition at the autograd key (the dispatcher uses the composite only
+# when the backend has no kernel): the op then reaches hpu_lab's dispatch whole (the Python key comes
+# first, so this kernel itself never runs) and is one node running CPU's kernel.
+_CPU_KERNEL_NOT_DECOMPOSED = ("silu_backward", "mish_backward")
+
+
+def _never_called(name):
+    def kernel(*args, **kwargs):
+        raise RuntimeError(f"aten::{name}: hpu_lab's dispatch takes this op before its PrivateUse1 kernel")
+    return kernel
 
 
 # torch's C++ autograd kernel of an op, reached from the hpu autograd kernel: the dispatcher
