@@ -109,3 +109,15 @@ finally:
 
 
 _warmup.start()     # torch's modules the first op needs, imported in the background (warmup.py)
+
+# Subpackages not imported by ``import hpu_lab`` (they stay out of its cost) are loaded on first
+# attribute access, so ``import hpu_lab; hpu_lab.compat.enable_habana_imports()``, the README's
+# spelling, works without importing ``hpu_lab.compat`` first (PEP 562).
+_LAZY_SUBPACKAGES = frozenset({"compat", "tools", "bench", "dynamo", "internal", "bridge_api"})
+
+
+def __getattr__(name):
+    if name in _LAZY_SUBPACKAGES:
+        import importlib
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

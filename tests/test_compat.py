@@ -180,3 +180,23 @@ def test_python_m_hpu_lab_errors_and_config(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("raise SystemExit(3)\n")
     assert _run(["run", str(bad)], tmp_path).returncode == 3
+
+
+def test_readme_spelling_works_without_importing_compat_first():
+    """``import hpu_lab; hpu_lab.compat.enable_habana_imports()`` (the README's in-process spelling)
+    raised AttributeError unless ``hpu_lab.compat`` had been imported (issue 38 item 6)."""
+    import subprocess
+    import sys
+    code = ("import hpu_lab, sys\n"
+            "assert 'hpu_lab.compat' not in sys.modules\n"
+            "hpu_lab.compat.enable_habana_imports()\n"
+            "import habana_frameworks.torch.core as htcore\n"
+            "assert htcore.mark_step is hpu_lab.core.mark_step\n"
+            "try:\n"
+            "    hpu_lab.no_such_thing\n"
+            "except AttributeError as e:\n"
+            "    assert 'no_such_thing' in str(e)\n"
+            "else:\n"
+            "    raise SystemExit('no AttributeError')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
