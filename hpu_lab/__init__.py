@@ -63,6 +63,9 @@ try:
     from . import dropout_ops as _dropout_ops  # noqa: E402
 
     _dropout_ops.install()      # dropout arriving whole (inference_mode): a node, capturable
+    from . import mixed_matmul as _mixed_matmul  # noqa: E402
+
+    _mixed_matmul.install()     # addmm / mm of two float dtypes: the bridge's promote / refusal
     from . import linear_ce as _linear_ce  # noqa: E402
 
     _linear_ce.install()        # F.linear_cross_entropy(options=...): the chunked op with CPU's picks
