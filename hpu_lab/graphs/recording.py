@@ -207,7 +207,7 @@ class Capture(GraphCapture):
         if frozen:
             warnings.warn(HPUGraphWarning(
                 f"HPU Graph {self.graph.id}: host data copied to the device during the capture (at "
-                f"{', '.join(frozen)}: a CPU tensor copied, or read by an hpu op) is a constant of the graph: "
+                f"{', '.join(frozen)}) is a constant of the graph (a CPU tensor copied, or read by an hpu op): "
                 "every replay reuses the captured values, as on a Gaudi, where the graph keeps the device "
                 "copy the capture made. If they change from step to step (e.g. an optimizer's host-computed "
                 "step size), compute them on the device or copy them into a static hpu tensor before each "
