@@ -2,8 +2,10 @@
 
 The script runs as ``__main__`` (``runpy``) with ``habana_frameworks`` imports resolving to hpu_lab
 (``hpu_lab.compat``), ``sys.argv`` set to the script and its arguments, and the script's folder first
-on ``sys.path``, as ``python script.py`` would. ``python -m hpu_lab run -m package.module`` runs a
-module instead. ``python -m hpu_lab config`` prints every setting hpu_lab reads.
+on ``sys.path``, as ``python script.py`` would. The Python processes the script starts resolve them
+too, and find ``hl-smi`` (``hpu_lab.compat.CHILD_SITE``). ``python -m hpu_lab run -m package.module`` runs a
+module instead. ``python -m hpu_lab config`` prints every setting hpu_lab reads; ``python -m hpu_lab hl-smi`` answers
+as hl-smi (hpu_lab/tools/hl_smi.py).
 """
 from __future__ import annotations
 
@@ -14,9 +16,11 @@ import sys
 USAGE = """usage: python -m hpu_lab run script.py [args...]
        python -m hpu_lab run -m module [args...]
        python -m hpu_lab config
+       python -m hpu_lab hl-smi [options]
 
 run     run a Gaudi PyTorch script on hpu_lab (habana_frameworks imports resolve to hpu_lab)
-config  print every environment variable hpu_lab reads, its value and meaning"""
+config  print every environment variable hpu_lab reads, its value and meaning
+hl-smi  what hl-smi answers on a Gaudi host, for the emulated cards (also the venv's hl-smi command)"""
 
 
 def main(argv=None) -> int:
@@ -29,6 +33,9 @@ def main(argv=None) -> int:
         from hpu_lab import config
         print(config.describe())
         return 0
+    if cmd == "hl-smi":
+        from hpu_lab.tools import hl_smi
+        return hl_smi.main(rest)
     if cmd != "run":
         print(f"python -m hpu_lab: unknown command {cmd!r}\n\n{USAGE}", file=sys.stderr)
         return 2

@@ -188,6 +188,8 @@ SETTINGS: Dict[str, Setting] = {s.env: s for s in [
     Setting("HPU_LAB_SOURCE_LINES", _bool, "true", "record the user's file:line of each op (costs ~1 us per op)"),
     Setting("HPU_LAB_DEVICE", _choice("gaudi", "gaudi2", "gaudi3"), "gaudi2",
             "the card the Gaudi clock models (timelines, verdicts, get_device_name)"),
+    Setting("HPU_LAB_HOST_CARDS", _int_at_least(1), "8",
+            "cards hl-smi lists on the emulated host (an HLS-2/HLS-3 server has 8); each process uses hpu:0"),
     Setting("HPU_LAB_RECIPE_EXECUTOR", _choice("torchscript", "fx"), "torchscript",
             "how the device runs a recipe: its TorchScript lowering, or the fx code"),
 ]}

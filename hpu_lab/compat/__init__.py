@@ -33,6 +33,8 @@ import sys
 import types
 
 ROOT = "habana_frameworks"
+# other top-level packages of a Gaudi install that hpu_lab answers for (the same finders map them)
+OTHER_ROOTS = ("habana_dataloader",)
 
 # habana_frameworks module -> the hpu_lab module that stands for it (checked before PREFIXES)
 ALIASES = {
@@ -58,6 +60,16 @@ PREFIXES.update({
     "habana_frameworks.torch.internal": "hpu_lab.internal",
 })
 # ---- end of issue 16's block ---------------------------------------------------------------------
+# ---- issue 35 (helper "clients"): what lightning-habana, DeepSpeed and optimum-habana import -----
+ALIASES.update({
+    "habana_frameworks.torch.utils.internal": "hpu_lab.compat.internal",
+    "habana_frameworks.torch.activity_profiler": "hpu_lab.compat.activity_profiler",
+    "habana_dataloader": "hpu_lab.compat.habana_dataloader",
+    "habana_dataloader.habana_dataset": "hpu_lab.compat.habana_dataloader.habana_dataset",
+})
+# every module under this name is made by hpu_lab.compat.mediapipe (importable, fails when used)
+MEDIAPIPE = "habana_frameworks.mediapipe"
+# ---- end of issue 35's block ---------------------------------------------------------------------
 
 # packages with nothing of their own: their attributes are the aliased submodules
 PACKAGES = ("habana_frameworks", "habana_frameworks.torch", "habana_frameworks.torch.utils")
@@ -75,7 +87,12 @@ def target_of(name: str):
 
 def emulated() -> list:
     """Every emulated module name (a prefix stands for its whole subtree)."""
-    return sorted(set(ALIASES) | set(PREFIXES) | set(PACKAGES))
+    return sorted(set(ALIASES) | set(PREFIXES) | set(PACKAGES) | {MEDIAPIPE})
+
+
+def _ours(name: str) -> bool:
+    """Whether ``name`` is under a root hpu_lab answers for (habana_frameworks, habana_dataloader)."""
+    return any(name == r or name.startswith(r + ".") for r in (ROOT,) + OTHER_ROOTS)
 
 
 def _search_path(name: str) -> list:
@@ -103,6 +120,9 @@ class _Package(types.ModuleType):
                                  f"(hpu_lab does not emulate {name})") from None
 
 
+_MEDIAPIPE = object()        # the _Loader target of the habana_frameworks.mediapipe subtree
+
+
 class _Loader(importlib.abc.Loader):
     def __init__(self, target):
         self.target = target
@@ -112,7 +132,15 @@ class _Loader(importlib.abc.Loader):
         if self.target is None:
             m = _Package(spec.name)
             m.__path__ = _search_path(spec.name)
+            if spec.name == "habana_frameworks.torch":
+                # as the bridge's habana_frameworks/torch/__init__.py, which imports activity_profiler:
+                # torch.profiler's ProfilerActivity and profile become the bridge's
+                from . import activity_profiler
+                activity_profiler.register_habana_activity_profiler()
             return m
+        if self.target is _MEDIAPIPE:
+            from . import mediapipe
+            return mediapipe.module(spec.name)
         try:
             module = importlib.import_module(self.target)
         except ImportError as e:
@@ -124,7 +152,7 @@ class _Loader(importlib.abc.Loader):
         return module
 
     def exec_module(self, module):
-        if self._saved is not None:                  # keep hpu_lab's modules as they were
+        if self._saved is not None and self.target is not _MEDIAPIPE:   # keep hpu_lab's modules as they were
             spec, had_path, path = self._saved
             module.__spec__ = spec
             if had_path:
@@ -138,10 +166,12 @@ class HabanaFinder(importlib.abc.MetaPathFinder):
     """Maps the emulated ``habana_frameworks`` names to hpu_lab; None for every other name."""
 
     def find_spec(self, name, path=None, target=None):
-        if name != ROOT and not name.startswith(ROOT + "."):
+        if not _ours(name):
             return None
         if name in PACKAGES:
             return importlib.machinery.ModuleSpec(name, _Loader(None), is_package=True)
+        if name == MEDIAPIPE or name.startswith(MEDIAPIPE + "."):
+            return importlib.machinery.ModuleSpec(name, _Loader(_MEDIAPIPE), is_package=True)
         t = target_of(name)
         if t is None or (name not in ALIASES and not _exists(t)):
             return None
@@ -163,7 +193,7 @@ class NotEmulatedFinder(importlib.abc.MetaPathFinder):
     stay last), then fails with a message that says what hpu_lab does emulate."""
 
     def find_spec(self, name, path=None, target=None):
-        if name != ROOT and not name.startswith(ROOT + "."):
+        if not _ours(name):
             return None
         finders = sys.meta_path
         later = finders[finders.index(self) + 1:] if self in finders else []
@@ -179,8 +209,38 @@ _finder = HabanaFinder()
 _last = NotEmulatedFinder()
 
 
+CHILD_SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "child")
+_saved_env = {}
+
+
+def _child_environment() -> None:
+    """Python processes started from here resolve habana imports too (child/sitecustomize.py), and
+    find ``hl-smi`` and this interpreter first on PATH (the venv's bin folder)."""
+    if _saved_env:
+        return
+    for var in ("PYTHONPATH", "PATH"):
+        _saved_env[var] = os.environ.get(var)
+    py = os.environ.get("PYTHONPATH")
+    if CHILD_SITE not in (py or "").split(os.pathsep):
+        os.environ["PYTHONPATH"] = CHILD_SITE + (os.pathsep + py if py else "")
+    bindir = os.path.dirname(os.path.abspath(sys.executable))
+    path = os.environ.get("PATH", "")
+    if bindir not in path.split(os.pathsep):
+        os.environ["PATH"] = bindir + (os.pathsep + path if path else "")
+
+
+def _restore_environment() -> None:
+    for var, value in _saved_env.items():
+        if value is None:
+            os.environ.pop(var, None)
+        else:
+            os.environ[var] = value
+    _saved_env.clear()
+
+
 def enable_habana_imports() -> None:
-    """Make ``habana_frameworks`` imports resolve to hpu_lab (idempotent)."""
+    """Make ``habana_frameworks`` imports resolve to hpu_lab (idempotent), here and in the Python
+    processes started from here."""
     import hpu_lab  # noqa: F401  - registers the "hpu" device first
     if _finder not in sys.meta_path:
         sys.meta_path.insert(0, _finder)
@@ -188,6 +248,7 @@ def enable_habana_imports() -> None:
         sys.meta_path.append(_last)
     from . import optimum
     optimum.enable()          # optimum-habana's SynapseAI version probe (compat/optimum.py)
+    _child_environment()
 
 
 def disable_habana_imports() -> None:
@@ -197,8 +258,11 @@ def disable_habana_imports() -> None:
             sys.meta_path.remove(f)
     from . import optimum
     optimum.disable()
-    for name in [n for n in sys.modules if n == ROOT or n.startswith(ROOT + ".")]:
+    for name in [n for n in sys.modules if _ours(n)]:
         del sys.modules[name]
+    from . import activity_profiler
+    activity_profiler.unregister_habana_activity_profiler()
+    _restore_environment()
 
 
 def enabled() -> bool:

@@ -1,7 +1,7 @@
 """``habana_frameworks.torch.utils.experimental`` (``import ... as htexp``): the device type, and
 Intel's dynamic-shape detection tools, on hpu_lab's runtime.
 
-- ``_get_device_type()`` / ``synDeviceType``: the Synapse device type (hpu_lab emulates a Gaudi2);
+- ``_get_device_type()`` / ``synDeviceType``: the Synapse device type (the card HPU_LAB_DEVICE chooses, Gaudi 2 by default);
   optimum-habana's ``get_device_name()`` reads it.
 - ``detect_recompilation_auto_model(model)``: wraps every submodule's forward so that each call is
   its own graph (a ``mark_step`` before and after) and counts the compiles it caused, with whether
@@ -40,7 +40,10 @@ class synDeviceType(enum.IntEnum):   # noqa: N801 - Synapse's name
 
 
 def _get_device_type() -> synDeviceType:
-    return synDeviceType.synDeviceGaudi2
+    """The card hpu_lab emulates (HPU_LAB_DEVICE: gaudi, gaudi2 or gaudi3)."""
+    from .. import config
+    return {"gaudi": synDeviceType.synDeviceGaudi, "gaudi2": synDeviceType.synDeviceGaudi2,
+            "gaudi3": synDeviceType.synDeviceGaudi3}[config.get("HPU_LAB_DEVICE")]
 
 
 def _is_fp16_supported() -> bool:

@@ -51,3 +51,4 @@ def is_lazy() -> bool:
 from .quantization import (  # noqa: E402,F401  (htcore.hpu_set_inference_env, ...: the bridge exports them here)
     hpu_inference_initialize, hpu_reset_env, hpu_set_env, hpu_set_inference_env, hpu_teardown_inference_env,
 )
+from . import step_closure  # noqa: E402,F401  (htcore.step_closure._mark_step_if_lazy: DeepSpeed's FusedAdam)

@@ -7,6 +7,7 @@ implemented in ``hpu_lab/graphs/``, and ``TensorPacker``) and ``metrics`` (``hpu
 from __future__ import annotations
 
 import contextlib as _contextlib
+import sys as _sys
 
 import torch
 
@@ -157,6 +158,25 @@ def disable_quantization() -> None:
 
 from .determinism import getDeterministic, setDeterministic  # noqa: E402,F401
 
+
+# ---- dynamic shapes (the bridge's hpu/__init__.py -> habana_helpers::SetRefineDynamicShape): the
+# switch PT_HPU_ENABLE_REFINE_DYNAMIC_SHAPES sets at start-up, turned on and off at run time.
+# optimum-habana's GaudiTrainer turns it on for training (use_dynamic_shapes) and off for eval.
+# What it changes here is in hpu_lab/dynamic_shapes.py (and in the Recompiles tab).
+def enable_dynamic_shape() -> None:
+    from .. import config as _config
+    _config.set(PT_HPU_ENABLE_REFINE_DYNAMIC_SHAPES=True)
+
+
+def disable_dynamic_shape() -> None:
+    from .. import config as _config
+    _config.set(PT_HPU_ENABLE_REFINE_DYNAMIC_SHAPES=False)
+
+
+def get_dynamic_shape_status() -> bool:
+    from .. import config as _config
+    return bool(_config.get("PT_HPU_ENABLE_REFINE_DYNAMIC_SHAPES"))
+
 # ---- the submodules, as in the real package (``from habana_frameworks.torch.hpu import random``);
 # graphs, streams and events last: they need the lazy runtime
 from .. import metrics  # noqa: E402,F401  (habana_frameworks.torch.hpu.metrics)
@@ -166,3 +186,8 @@ from .streams import *  # noqa: E402,F401,F403
 from .events import *  # noqa: E402,F401,F403
 from .graphs import *  # noqa: E402,F401,F403
 from . import events, graphs, memory, random, streams  # noqa: E402,F401
+
+# ``habana_frameworks.torch.hpu.hpu`` is this module: the bridge's memory.py does ``import
+# habana_frameworks.torch.hpu as hpu`` and the package re-exports memory's names (lightning-habana
+# calls ``torch_hpu.hpu.memory_stats``)
+hpu = _sys.modules[__name__]
