@@ -92,6 +92,8 @@ try:
     from .tensor import HPUTensor  # noqa: E402,F401
     from . import custom_ops  # noqa: E402,F401  # torch.ops.hpu.* (the bridge's custom ops; issue 16)
     from . import meta_fixes  # noqa: E402,F401  # Meta kernels corrected to the CPU's shapes (issue 16)
+    from . import optimizer_ops  # noqa: E402,F401  # torch.ops.hpu.optimizer_adamw (DeepSpeed's FusedAdam; issue 35)
+    from . import fp8_ops  # noqa: E402,F401  # torch.ops.hpu.cast_to_fp8_v2 / fp8_gemm_v2 (Transformer Engine; issue 35)
     from . import backward_errors as _backward_errors  # noqa: E402
 
     from . import native_ops as _native_ops  # noqa: E402
