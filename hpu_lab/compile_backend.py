@@ -29,7 +29,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from . import events as ev
-from . import lazy, ops
+from . import compile_layouts, lazy, ops
 from ._source import source_name, user_src
 from .compiler import passes
 from .compiler.recipe import Recipe
@@ -82,6 +82,10 @@ def _unflatten(inner, ctx, outer_size, outer_stride):
 
 _HIDDEN_FROM: set = set()     # code objects that must not see the protocol (nn.Module._apply)
 _HIDDEN_FROM_VIEWS: set = set()   # ... or not for a view (fakeification of a view input)
+# (function, file) pairs, for code that cannot be imported when hpu_lab is: a tangent AOTAutograd
+# restrides to the traced layout comes back from torch.empty_strided as an HPUTensor, and where
+# the trace saw a plain tensor it must stay one (not a subclass to unflatten)
+_HIDDEN_NAMES = {("process_runtime_tangent", "runtime_wrappers.py")}
 
 
 class _Protocol:
@@ -93,8 +97,9 @@ class _Protocol:
         for _ in range(4):                    # hasattr <- is_traceable_wrapper_subclass <- caller
             if f is None:
                 break
-            if f.f_code in _HIDDEN_FROM or (f.f_code in _HIDDEN_FROM_VIEWS and obj is not None
-                                            and obj._is_view()):
+            code = f.f_code
+            if code in _HIDDEN_FROM or (code in _HIDDEN_FROM_VIEWS and obj is not None and obj._is_view()) \
+                    or (code.co_name, code.co_filename.rsplit("/", 1)[-1]) in _HIDDEN_NAMES:
                 raise AttributeError("__tensor_flatten__")
             f = f.f_back
         return _flatten if obj is None else _flatten.__get__(obj, cls)
@@ -106,6 +111,7 @@ def _make_traceable() -> None:
     _HIDDEN_FROM.add(parametrize._maybe_set.__code__)      # the other swap_tensors user
     from torch._subclasses.meta_utils import MetaTensorDescriber
     _HIDDEN_FROM_VIEWS.add(MetaTensorDescriber.describe_tensor.__code__)
+
     HPUTensor.__tensor_flatten__ = _Protocol()
     HPUTensor.__tensor_unflatten__ = staticmethod(_unflatten)
     HPUTensor._hpu_inner = property(HPUBuffer)
@@ -161,6 +167,7 @@ class CompiledGraph:
         t0 = ev.now()
         self.gm, self.kind, self.site, self.calls = gm, kind, site, 0
         g = gm.graph
+        compile_layouts.conform(g)       # results laid out as traced (torch's model of hpu: dense)
         self.replay = any(_symbolic(n.meta.get("val")) or (_is_random(n) and not _random_ok(n))
                           for n in g.nodes)
         if self.replay:
@@ -302,19 +309,21 @@ def _passes(g) -> dict:
         elif n.op == "call_function":
             if n.target is _as_view:
                 name = "view"
+            elif n.target is compile_layouts.as_traced:
+                name = "layout"
             elif isinstance(n.target, torch._ops.OpOverload):
                 name = ops.op_name(n.target)
             else:
                 name = getattr(n.target, "__name__", str(n.target))      # operator.getitem
             n.meta["op_name"] = name
-            n.meta["helper"] = n.target is _as_view
+            n.meta["helper"] = n.target is _as_view or n.target is compile_layouts.as_traced
             n.meta["src"] = _src_of(n.meta.get("stack_trace") or "")
     passes.assign_engines(g)
     clusters = passes.fuse_elementwise(g)
     passes.classify_tensors(g)
     for n in g.nodes:                 # aten views alias their input: no new device memory
         if n.op == "call_function" and n.meta.get("tensor_class") == "non-persistent" and \
-                (n.target is _as_view or (isinstance(n.target, torch._ops.OpOverload) and ops.is_view(n.target))):
+                (n.target is _as_view or n.target is compile_layouts.as_traced or (isinstance(n.target, torch._ops.OpOverload) and ops.is_view(n.target))):
             n.meta["tensor_class"] = "alias"
     peak = passes.memory_plan(g)
     node_count = sum(1 for n in g.nodes if n.op == "call_function" and not n.meta.get("helper")

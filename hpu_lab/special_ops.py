@@ -147,6 +147,18 @@ def resize_(func, args, kwargs):
 
 
 def lift_fresh(func, args, kwargs):
+    """``torch.tensor(data, device="hpu")`` builds its tensor below Python dispatch: a real device
+    tensor even while torch.compile traces with fake tensors, which the fake and tracing modes pass
+    to us. Under a fake mode it is lifted as a CPU constant moved to the device (the graph then holds
+    a real CPU constant and a copy to hpu, as for ``torch.tensor(data).to("hpu")``), so the trace
+    never holds a real device tensor among fake ones."""
+    from torch._guards import detect_fake_mode
+    if detect_fake_mode() is not None:
+        t = args[0]
+        from torch.utils._python_dispatch import _disable_current_modes
+        with _disable_current_modes():           # the constant's value, read outside the trace
+            host = to_cpu(t, "torch.tensor constant") if isinstance(t, HPUTensor) else t
+        return aten._to_copy.default(aten.lift_fresh.default(host), device=t.device)
     return args[0]
 
 

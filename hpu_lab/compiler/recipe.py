@@ -142,6 +142,11 @@ def _failing_node(graph, args):
     for n in graph.nodes:
         if n.op == "placeholder":
             env[n] = next(it)
+        elif n.op == "get_attr":          # a constant the graph holds (a lifted torch.tensor(...))
+            obj = graph.owning_module
+            for part in n.target.split("."):
+                obj = getattr(obj, part)
+            env[n] = obj
         elif n.op == "call_function":
             try:
                 env[n] = n.target(*torch.fx.node.map_arg(n.args, load), **torch.fx.node.map_arg(n.kwargs, load))
