@@ -23,7 +23,7 @@ RUN    := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" VIRTUAL_ENV="$(CURDIR)/$(VENV)" OM
 # Extra pytest arguments, e.g. make test PYTEST_ARGS='-m "not browser" -x'
 PYTEST_ARGS ?=
 
-.PHONY: help setup lab test bench notebooks bridge-suite fuzz chromium FORCE
+.PHONY: help setup lab test bench notebooks bridge-suite client-suites fuzz chromium FORCE
 FORCE:
 .DEFAULT_GOAL := help
 
@@ -33,6 +33,8 @@ help:
 	@echo "make bench  set up, then run python -m hpu_lab.bench"
 	@echo "make notebooks  set up, then run the notebooks from their .py sources into the .ipynb (NB=02 for one)"
 	@echo "make bridge-suite BRIDGE=<gaudi-pytorch-bridge checkout>  run Intel's lazy-mode bridge tests on hpu_lab"
+	@echo "make client-suites LIGHTNING_HABANA=<dir> DEEPSPEED=<dir> OPTIMUM_HABANA=<dir> [ACCELERATE=<dir>]"
+	@echo "            run those libraries' own HPU tests unchanged on hpu_lab (installs the [clients] extra)"
 	@echo "make fuzz   set up, then run every OpInfo sample (6 configs) and 300 random programs vs CPU"
 
 setup: $(VENV)/.installed chromium
@@ -103,6 +105,20 @@ BRIDGE_ARGS ?=
 bridge-suite: setup
 	@test -n "$(BRIDGE)" || { echo "usage: make bridge-suite BRIDGE=<path of a gaudi-pytorch-bridge checkout>"; exit 2; }
 	$(RUN) $(PY) -m hpu_lab.tools.bridge_suite "$(BRIDGE)" $(BRIDGE_ARGS)
+
+# The HPU tests of the libraries Gaudi users train with (lightning-habana, DeepSpeed, accelerate,
+# optimum-habana), unchanged: checkouts kept outside this project (accelerate's test script ships in
+# its package: ACCELERATE is optional). The libraries are the [clients] extra, installed here with torch
+# pinned (a constraint) so that no client can replace it. Results go to docs/client_suites.md.
+# CLIENT_ARGS: e.g. --suites fabric --files test_accelerator (see --help).
+CLIENT_ARGS ?=
+client-suites: setup
+	@test -n "$(LIGHTNING_HABANA)$(DEEPSPEED)$(OPTIMUM_HABANA)$(ACCELERATE)" || { echo "usage: make client-suites LIGHTNING_HABANA=<checkout> DEEPSPEED=<checkout> OPTIMUM_HABANA=<checkout> [ACCELERATE=<checkout>]"; exit 2; }
+	@echo "$(TORCH)" > $(VENV)/torch-constraint.txt
+	$(PIP) install -q --progress-bar off -c $(VENV)/torch-constraint.txt -e '.[clients]'
+	$(RUN) $(PY) -m hpu_lab.tools.client_suites $(if $(LIGHTNING_HABANA),--lightning-habana "$(LIGHTNING_HABANA)") \
+	  $(if $(DEEPSPEED),--deepspeed "$(DEEPSPEED)") $(if $(OPTIMUM_HABANA),--optimum-habana "$(OPTIMUM_HABANA)") \
+	  $(if $(ACCELERATE),--accelerate "$(ACCELERATE)") --doc docs/client_suites.md $(CLIENT_ARGS)
 
 # The full differential runs (tests/ runs a sample of each): every sample of every OpInfo op in
 # float32, bfloat16 and with gradients, lazy and eager; then random programs, shrunk when they fail.
