@@ -195,3 +195,18 @@ def test_importing_habana_frameworks_torch_replaces_profiler_activity(habana, tm
     compat.disable_habana_imports()
     assert torch.profiler.ProfilerActivity is original
     compat.enable_habana_imports()
+
+
+def test_a_rank_acquires_its_visible_module_as_the_bridge_maps_it(monkeypatch):
+    # lightning-habana's multi-tenancy test: a tenant given HABANA_VISIBLE_MODULES=0,1 that asks for 4
+    # cards fails at its third rank with the bridge's message
+    from hpu_lab.distributed.hccl import initialize_distributed_hpu
+    for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "HLS_MODULE_ID", "HABANA_VISIBLE_MODULES", "ID"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("HABANA_VISIBLE_MODULES", "4,5")
+    assert initialize_distributed_hpu(4, 1, 1) == (4, 1, 1) and os.environ["HLS_MODULE_ID"] == "5"
+    monkeypatch.delenv("HLS_MODULE_ID")
+    with pytest.raises(AssertionError, match="There is not enough devices"):
+        initialize_distributed_hpu(4, 2, 2)
+    monkeypatch.delenv("HABANA_VISIBLE_MODULES")
+    assert initialize_distributed_hpu(4, 3, 3) == (4, 3, 3) and os.environ["HLS_MODULE_ID"] == "3"

@@ -50,7 +50,8 @@ def initialize_distributed_hpu(world_size: Optional[int] = None, rank: Optional[
     Given all three, they are written to ``WORLD_SIZE``/``RANK``/``LOCAL_RANK``; else an MPI launch's
     ``OMPI_COMM_WORLD_*`` are mapped to those (unless they are all set already, as under torchrun).
     ``MASTER_ADDR`` and ``MASTER_PORT`` default to ``localhost`` and ``12345``. Without any of these
-    variables: ``(1, -1, -1)``. The process group itself is made by ``init_process_group("hccl")``.
+    variables: ``(1, -1, -1)``. With more than one rank, ``HLS_MODULE_ID`` names the rank's card
+    (``_setup_module_id``). The process group itself is made by ``init_process_group("hccl")``.
     """
     if world_size is not None and rank is not None and local_rank is not None:
         os.environ["WORLD_SIZE"], os.environ["RANK"] = str(world_size), str(rank)
@@ -63,9 +64,27 @@ def initialize_distributed_hpu(world_size: Optional[int] = None, rank: Optional[
     ws = int(os.environ.get("WORLD_SIZE", 1))
     r = int(os.environ.get("RANK", -1))
     lr = int(os.environ.get("LOCAL_RANK", -1))
+    _setup_module_id(lr, ws)
     if r != -1:
         os.environ["ID"] = str(r)
     return ws, r, lr
+
+
+def _setup_module_id(local_rank: int, world_size: int) -> None:
+    """The card a rank acquires, as the bridge chooses it: ``HLS_MODULE_ID`` is the local rank's entry of
+    ``HABANA_VISIBLE_MODULES`` (or the local rank itself); a rank beyond the visible modules fails with
+    the bridge's message (a tenant asking for more cards than it was given). Kept unless already set."""
+    if "HLS_MODULE_ID" in os.environ or local_rank == -1 or world_size == 1:
+        return
+    visible = os.environ.get("HABANA_VISIBLE_MODULES")
+    if visible is not None:
+        modules = visible.split(",")
+        assert local_rank < len(modules), """There is not enough devices
+        available for training. Please verify if HABANA_VISIBLE_MODULES
+        is set correctly."""
+        os.environ["HLS_MODULE_ID"] = modules[local_rank]
+        return
+    os.environ["HLS_MODULE_ID"] = str(local_rank)
 
 
 # ---------------------------------------------------------------- the process group

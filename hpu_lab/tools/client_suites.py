@@ -9,7 +9,7 @@ outside this project; the library itself is the one installed in the venv (``pip
 '.[clients]'``). The suites:
 
 - lightning-habana ``tests/test_pytorch`` and ``tests/test_fabric`` (checkout root as the working
-  folder, as its CI runs them);
+  folder, as its CI runs them), and ``test_compile.py`` again in eager mode (it skips in lazy mode);
 - DeepSpeed ``tests/unit/accelerator`` with ``DS_ACCELERATOR=hpu``;
 - accelerate ``test_utils/scripts/test_script.py`` (what ``accelerate test`` runs), one script: it
   passes when it exits 0;
@@ -66,6 +66,10 @@ _LIGHTNING_ON_TORCH_2_13 = ("-W", "default:`isinstance(treespec, LeafSpec)` is d
 SUITES = [
     Suite("lightning-habana tests/test_pytorch", "lightning_habana", "lightning-habana", "tests/test_pytorch",
           pytest_args=_LIGHTNING_ON_TORCH_2_13),
+    # its torch.compile tests skip in lazy mode ("Test requires lazy mode to be disabled"): run them in
+    # eager mode too, as its CI does
+    Suite("lightning-habana tests/test_pytorch/test_compile.py (eager)", "lightning_habana", "lightning-habana",
+          "tests/test_pytorch/test_compile.py", {"PT_HPU_LAZY_MODE": "0"}, pytest_args=_LIGHTNING_ON_TORCH_2_13),
     Suite("lightning-habana tests/test_fabric", "lightning_habana", "lightning-habana", "tests/test_fabric",
           pytest_args=_LIGHTNING_ON_TORCH_2_13),
     Suite("DeepSpeed tests/unit/accelerator", "deepspeed", "deepspeed", "tests/unit/accelerator",
