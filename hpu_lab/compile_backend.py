@@ -29,7 +29,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from . import events as ev
-from . import compile_layouts, lazy, ops
+from . import compile_dynamic, compile_layouts, lazy, ops
 from ._source import source_name, user_src
 from .compiler import passes
 from .compiler.recipe import Recipe
@@ -158,21 +158,29 @@ def _is_random(n) -> bool:
 class CompiledGraph:
     """One aten graph of AOTAutograd, compiled into a Recipe; calling it launches the recipe.
 
-    A graph with dynamic shapes, or with a random op on values computed in the graph, is instead
-    *replayed*: run op by op through lazy mode and flushed as one graph, so the lazy recipe cache
-    compiles one static recipe per shape (Gaudi recipes are static-shape) and random numbers come
-    from the host as in eager mode. That costs per-op host time, as lazy mode does."""
+    A graph with symbolic sizes is one dynamic recipe, run at every size (compile_dynamic.py). A graph
+    with a random op on values computed in the graph, or a symbolic one that draws random numbers or
+    under ``PT_HPU_FORCE_STATIC_COMPILE=1``, is instead *replayed*: run op by op through lazy mode and
+    flushed as one graph, so the lazy recipe cache compiles one static recipe per shape and random
+    numbers come from the host as in eager mode. That costs per-op host time, as lazy mode does."""
 
     def __init__(self, gm: torch.fx.GraphModule, kind: str, reason: str, site: str):
         t0 = ev.now()
         self.gm, self.kind, self.site, self.calls = gm, kind, site, 0
         g = gm.graph
         compile_layouts.conform(g)       # results laid out as traced (torch's model of hpu: dense)
-        self.replay = any(_symbolic(n.meta.get("val")) or (_is_random(n) and not _random_ok(n))
-                          for n in g.nodes)
+        symbolic = any(_symbolic(n.meta.get("val")) for n in g.nodes)
+        random = [n for n in g.nodes if _is_random(n)]
+        # a symbolic graph is one dynamic recipe (compile_dynamic.py), unless static compiles are forced
+        # or it draws random numbers (drawn on the host at traced sizes): then it is replayed
+        self.dynamic = symbolic and not random and not _force_static()
+        self.replay = (symbolic and not self.dynamic) or any(not _random_ok(n) for n in random)
         if self.replay:
             return
         phs = [n for n in g.nodes if n.op == "placeholder"]
+        self.placeholders = phs if self.dynamic else None
+        if self.dynamic:
+            reason = f"{reason}; dynamic recipe over {', '.join(compile_dynamic.symbols_of(g))}"
         self.n_inputs = len(phs)
         self.draws = []                  # host draws, appended to the inputs at each launch
         self._hoist_random(g, phs)
@@ -181,6 +189,7 @@ class CompiledGraph:
             n.args = pytree.tree_map(_to_cpu_device, n.args)
             n.kwargs = pytree.tree_map(_to_cpu_device, n.kwargs)
         out = next(n for n in g.nodes if n.op == "output")
+        self.out_vals = [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in out.args[0]]
         self.out_metas = [_meta(a.meta.get("val")) if isinstance(a, torch.fx.Node) else ("const", a)
                           for a in out.args[0]]
         g.lint()
@@ -189,6 +198,11 @@ class CompiledGraph:
         r = self.recipe = Recipe(None, gm, info["node_count"], info["clusters"], info["peak_bytes"],
                                  info["summary"], ([], []), site, ev.now() - t0)
         r.reason = reason
+        if self.dynamic:
+            # the executor checks each output against the graph's sizes as traced; one of symbolic size
+            # has this launch's size instead (evaluated in __call__), so only the others are checked
+            from .runtime.executor import _predicted
+            r._predicted = tuple(None if _symbolic(v) else p for v, p in zip(self.out_vals, _predicted(r)))
         t1 = ev.now()
         ev.emit(ev.CacheLookup(t0, t0, "host", ev.recorder.step, hit=False, key=r.short_key))
         ev.emit(ev.Compile(t1 - r.compile_ns, t1, "host", ev.recorder.step, key=r.short_key, recipe_id=r.id,
@@ -242,6 +256,10 @@ class CompiledGraph:
         self.calls += 1
         if self.replay:
             return self._replay(args)
+        metas = self.out_metas
+        if self.dynamic:                        # this launch's sizes, from its inputs' (compile_dynamic)
+            env = compile_dynamic.binding(self.placeholders, args)
+            metas = [compile_dynamic.output(v, env) for v in self.out_vals]
         ext, specs = [], []
         for a in args[:self.n_inputs]:
             buf, spec = _buffer(a)
@@ -256,7 +274,7 @@ class CompiledGraph:
             ev.emit(ev.CacheLookup(t, t, "host", ev.recorder.step, hit=True, key=r.short_key))
         launch = launch_recipe(r, ext, lazy.S.stream)
         outs = []
-        for k, m in enumerate(self.out_metas):
+        for k, m in enumerate(metas):
             if m is None or m[0] == "const":
                 outs.append(None if m is None else m[1])
             else:
@@ -292,11 +310,18 @@ def _buffer(a):
 
 
 def _meta(val):
-    if isinstance(val, torch.Tensor):             # static shapes only: dynamic graphs replay
-        return tuple(val.shape), tuple(val.stride()), val.dtype
+    """(size, stride, dtype) of a node's value; a symbolic size as traced (dynamo's hint)."""
+    if isinstance(val, torch.Tensor):
+        return (tuple(compile_dynamic.hint(s) for s in val.shape), tuple(compile_dynamic.hint(s) for s in val.stride()),
+                val.dtype)
     if val is None:
         return None
-    return ("const", val)
+    return ("const", compile_dynamic.hint(val))
+
+
+def _force_static() -> bool:
+    from .dynamo.compile_backend import config as backend_config
+    return bool(backend_config.force_static_compile)
 
 
 def _passes(g) -> dict:

@@ -121,17 +121,32 @@ def test_recompile_reason_is_dynamos_guard_failure(collect):
         and "expected 4, actual 6" in reasons[1]
 
 
-def test_dynamic_shapes_get_one_static_recipe_per_shape():
+def _batch_sizes(collect):
     ref, model = _pair(1)
     cmodel = torch.compile(model, backend="hpu_backend")       # dynamo's default: automatic dynamic
     model.eval()
     ref.eval()
     with torch.no_grad():
-        for n in (8, 5, 6, 5):
+        for n in (8, 5, 6, 5, 11):
             x = torch.randn(n, 1, 28, 28)
             assert torch.allclose(cmodel(x.to("hpu")).cpu(), ref(x), atol=1e-6)
-    # 8: static graph; 5 and 6: dynamic graph replayed, one recipe per shape; 5 again: a hit
-    assert counts("graph_compilation")["TotalNumber"] == 3
+    return [e.reason for e in _compile_events(collect)]
+
+
+def test_a_dynamic_graph_is_one_dynamic_recipe(collect):
+    # as the bridge's hpu_backend (is_module_dynamic -> a dynamic recipe): 8 compiles a static recipe,
+    # 5 makes dynamo retrace with a symbolic batch, compiled once; 6, 5 and 11 run it
+    reasons = _batch_sizes(collect)
+    assert counts("graph_compilation")["TotalNumber"] == 2
+    assert len(reasons) == 2 and "dynamic recipe over s" in reasons[1]
+
+
+def test_forced_static_compile_gets_one_static_recipe_per_shape(collect):
+    from hpu_lab.dynamo.compile_backend import config as backend_config
+    with backend_config.patch(force_static_compile=True):            # PT_HPU_FORCE_STATIC_COMPILE=1
+        _batch_sizes(collect)
+    # 8: static graph; 5, 6 and 11: the dynamic graph replayed, one recipe per shape; 5 again: a hit
+    assert counts("graph_compilation")["TotalNumber"] == 4
 
 
 def test_compiled_function_in_lazy_mode_flushes_its_inputs():
