@@ -141,7 +141,9 @@ def _train_step(model, ids, dev, compile_):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, attn", [("bert", "sdpa"), ("bert", "eager"), ("gpt2", "eager"), ("llama", "eager")])
+@pytest.mark.parametrize("name, attn", [("bert", "sdpa"), ("bert", "eager"), ("gpt2", "eager"), ("llama", "eager"),
+                                        # causal LMs pass bool masks to SDPA under compile
+                                        ("gpt2", "sdpa"), ("llama", "sdpa")])
 def test_transformers_models_forward_backward_compiled_equal_cpu(name, attn):
     model = _tiny(name)
     model.config._attn_implementation = attn
