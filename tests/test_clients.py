@@ -26,8 +26,9 @@ def _need(*modules):
 
 @functools.lru_cache(maxsize=None)
 def _import_error(module):
-    """Why ``module`` does not import in a fresh interpreter ('' if it does)."""
-    r = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True, timeout=600,
+    """Why ``module`` does not import in a fresh interpreter with habana imports on ('' if it does)."""
+    code = f"from hpu_lab import compat; compat.enable_habana_imports(); import {module}"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
                        env=dict(os.environ, PYTHONPATH=ROOT))
     return "" if r.returncode == 0 else (r.stderr.strip().splitlines() or ["?"])[-1]
 
@@ -70,6 +71,16 @@ def test_deepspeed_zero_with_fused_adam_trains_on_hpu_as_on_cpu(tmp_path, stage)
     hpu = _run("deepspeed_zero.py", str(stage), hpu=True, tmp_path=tmp_path, env={"PORT": str(29540 + stage)})
     cpu = _run("deepspeed_zero.py", str(stage), hpu=False, tmp_path=tmp_path)
     assert hpu["OPTIMIZER"] == "FusedAdam"
+    _same(hpu, cpu)
+
+
+def test_transformers_trainer_with_torch_compile_on_hpu_backend_as_on_cpu(tmp_path):
+    # GaudiTrainer's torch_compile path without optimum-habana: the Trainer loop (through accelerate)
+    # on a model compiled with the hpu_backend (was: "expected SubclassCreationMeta, got PlainTensorMeta")
+    _need("transformers", "accelerate")
+    hpu = _run("hf_trainer_compile.py", hpu=True, tmp_path=tmp_path, env={"PT_HPU_LAZY_MODE": "0"})
+    cpu = _run("hf_trainer_compile.py", hpu=False, tmp_path=tmp_path)
+    assert hpu["DEVICE"] == "hpu" and cpu["DEVICE"] == "cpu"
     _same(hpu, cpu)
 
 
