@@ -34,7 +34,7 @@ import types
 
 ROOT = "habana_frameworks"
 # other top-level packages of a Gaudi install that hpu_lab answers for (the same finders map them)
-OTHER_ROOTS = ("habana_dataloader",)
+OTHER_ROOTS = ("habana_dataloader",)   # (their modules: TOP_LEVEL and ALIASES below)
 
 # habana_frameworks module -> the hpu_lab module that stands for it (checked before PREFIXES)
 ALIASES = {
@@ -64,9 +64,10 @@ PREFIXES.update({
 ALIASES.update({
     "habana_frameworks.torch.utils.internal": "hpu_lab.compat.internal",
     "habana_frameworks.torch.activity_profiler": "hpu_lab.compat.activity_profiler",
-    "habana_dataloader": "hpu_lab.compat.habana_dataloader",
     "habana_dataloader.habana_dataset": "hpu_lab.compat.habana_dataloader.habana_dataset",
 })
+# top-level packages of the install other than habana_frameworks
+TOP_LEVEL = {"habana_dataloader": "hpu_lab.compat.habana_dataloader"}
 # every module under this name is made by hpu_lab.compat.mediapipe (importable, fails when used)
 MEDIAPIPE = "habana_frameworks.mediapipe"
 # ---- end of issue 35's block ---------------------------------------------------------------------
@@ -79,6 +80,8 @@ def target_of(name: str):
     """The hpu_lab module standing for ``name``, or None if hpu_lab does not emulate it."""
     if name in ALIASES:
         return ALIASES[name]
+    if name in TOP_LEVEL:
+        return TOP_LEVEL[name]
     for prefix, target in PREFIXES.items():
         if name == prefix or name.startswith(prefix + "."):
             return target + name[len(prefix):]
@@ -87,7 +90,7 @@ def target_of(name: str):
 
 def emulated() -> list:
     """Every emulated module name (a prefix stands for its whole subtree)."""
-    return sorted(set(ALIASES) | set(PREFIXES) | set(PACKAGES) | {MEDIAPIPE})
+    return sorted(set(ALIASES) | set(TOP_LEVEL) | set(PREFIXES) | set(PACKAGES) | {MEDIAPIPE})
 
 
 def _ours(name: str) -> bool:
@@ -173,7 +176,7 @@ class HabanaFinder(importlib.abc.MetaPathFinder):
         if name == MEDIAPIPE or name.startswith(MEDIAPIPE + "."):
             return importlib.machinery.ModuleSpec(name, _Loader(_MEDIAPIPE), is_package=True)
         t = target_of(name)
-        if t is None or (name not in ALIASES and not _exists(t)):
+        if t is None or (name not in ALIASES and name not in TOP_LEVEL and not _exists(t)):
             return None
         return importlib.machinery.ModuleSpec(name, _Loader(t), is_package=True)
 
