@@ -143,6 +143,21 @@ def test_te_linear_trains_on_hpu_as_on_cpu(fmt):
     assert (y - ref).abs().max() <= 0.15 * ref.abs().max()
 
 
+def test_te_delayed_scaling_survives_a_new_recipe_object_each_step():
+    # lightning-habana enters fp8_autocast(enabled=True, fp8_recipe=None) at every forward: the default
+    # recipe (and any equal one) must keep the scales and history (was: reset to 1 every step)
+    import hpu_lab.hpex.experimental.transformer_engine as te
+    from hpu_lab.hpex.experimental.transformer_engine import recipe
+    torch.manual_seed(0)
+    lin = te.Linear(8, 4)
+    x = torch.randn(5, 8) * 3
+    for r in (None, None, recipe.DelayedScaling(), recipe.DelayedScaling()):
+        with te.fp8_autocast(enabled=True, fp8_recipe=r):
+            lin(x).sum().backward()
+    assert lin._fp8_fwd.steps == 4
+    assert lin._fp8_fwd.scale[0].item() == pytest.approx(240.0 / x.abs().max().item(), rel=1e-6)
+
+
 def test_te_modules_not_emulated_say_so():
     import hpu_lab.hpex.experimental.transformer_engine as te
     with pytest.raises(AttributeError, match="LayerNormMLP is not emulated"):

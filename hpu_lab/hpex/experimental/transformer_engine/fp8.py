@@ -14,6 +14,7 @@ from typing import Optional, Tuple
 from .recipe import DelayedScaling
 
 _state = threading.local()
+_DEFAULT = DelayedScaling()      # fp8_autocast(fp8_recipe=None) uses this one, every time
 
 
 def is_fp8_available() -> Tuple[bool, str]:
@@ -29,7 +30,7 @@ def is_fp8_enabled() -> bool:
 
 
 def get_fp8_recipe() -> DelayedScaling:
-    return getattr(_state, "recipe", None) or DelayedScaling()
+    return getattr(_state, "recipe", None) or _DEFAULT
 
 
 @contextlib.contextmanager
@@ -41,7 +42,7 @@ def fp8_autocast(enabled: bool = False, fp8_recipe: Optional[DelayedScaling] = N
     if fp8_recipe is not None and not isinstance(fp8_recipe, DelayedScaling):
         raise TypeError(f"fp8_autocast: fp8_recipe must be a recipe.DelayedScaling, not {type(fp8_recipe).__name__}")
     prev = (is_fp8_enabled(), getattr(_state, "recipe", None))
-    _state.enabled, _state.recipe = bool(enabled), fp8_recipe or DelayedScaling()
+    _state.enabled, _state.recipe = bool(enabled), fp8_recipe or _DEFAULT
     try:
         yield
     finally:

@@ -136,7 +136,9 @@ class Linear(torch.nn.Module):
     def _metas(self):
         recipe = get_fp8_recipe()
         dev = self.weight.device
-        if self._fp8_fwd is None or self._fp8_fwd.recipe is not recipe or self._fp8_fwd.scale.device != dev:
+        # a recipe equal to the last one (a new DelayedScaling() with the same settings each step, as
+        # fp8_autocast callers write it) keeps the scales and the amax history
+        if self._fp8_fwd is None or self._fp8_fwd.recipe != recipe or self._fp8_fwd.scale.device != dev:
             self._fp8_fwd = _ScalingMeta(2, recipe, recipe.fp8_format.fwd_dtype, dev)
             self._fp8_bwd = _ScalingMeta(1, recipe, recipe.fp8_format.bwd_dtype, dev)
 
