@@ -193,6 +193,11 @@ def _version(dist: str) -> str:
 
 
 def _checkout(path: Path) -> str:
+    """The checkout's commit when ``path`` is the top of a git work tree, else the path itself (an
+    archive, or an installed package: not the commit of some repository around it)."""
+    top = subprocess.run(["git", "-C", str(path), "rev-parse", "--show-toplevel"], capture_output=True, text=True)
+    if top.returncode != 0 or Path(top.stdout.strip()).resolve() != path.resolve():
+        return str(path)
     r = subprocess.run(["git", "-C", str(path), "log", "-1", "--format=%h %cs"], capture_output=True, text=True)
     return r.stdout.strip() if r.returncode == 0 and r.stdout.strip() else str(path)
 
