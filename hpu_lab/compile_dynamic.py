@@ -17,7 +17,6 @@ compile per new size ("input 0 shape changed ...").
 """
 from __future__ import annotations
 
-import sympy
 import torch
 
 
@@ -64,6 +63,7 @@ def binding(placeholders, args) -> dict:
             continue
         for sym, actual in pairs:
             if isinstance(sym, torch.SymInt) and sym.node.expr.is_Symbol:
+                import sympy          # here, not at import: `import hpu_lab` leaves sympy to the warm-up
                 env[sym.node.expr] = sympy.Integer(int(actual))
     return env
 
@@ -71,6 +71,7 @@ def binding(placeholders, args) -> dict:
 def concrete(x, env):
     """An int for ``x`` (a SymInt evaluated with the launch's symbols)."""
     if isinstance(x, torch.SymInt):
+        import sympy
         v = sympy.sympify(x.node.expr.xreplace(env))
         if not v.is_number:
             raise RuntimeError(f"hpu_backend: cannot evaluate size {x.node.expr} with {env}")
