@@ -201,8 +201,10 @@ def test_a_rank_acquires_its_visible_module_as_the_bridge_maps_it(monkeypatch):
     # lightning-habana's multi-tenancy test: a tenant given HABANA_VISIBLE_MODULES=0,1 that asks for 4
     # cards fails at its third rank with the bridge's message
     from hpu_lab.distributed.hccl import initialize_distributed_hpu
-    for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "HLS_MODULE_ID", "HABANA_VISIBLE_MODULES", "ID"):
-        monkeypatch.delenv(k, raising=False)
+    for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "HLS_MODULE_ID", "HABANA_VISIBLE_MODULES", "ID", "MASTER_ADDR",
+              "MASTER_PORT"):
+        monkeypatch.setenv(k, "")         # recorded, so that what initialize_distributed_hpu sets is undone
+        monkeypatch.delenv(k)
     monkeypatch.setenv("HABANA_VISIBLE_MODULES", "4,5")
     assert initialize_distributed_hpu(4, 1, 1) == (4, 1, 1) and os.environ["HLS_MODULE_ID"] == "5"
     monkeypatch.delenv("HLS_MODULE_ID")

@@ -184,7 +184,8 @@ def test_initialize_distributed_hpu_reads_torchrun_and_mpi_variables(monkeypatch
     from hpu_lab.distributed.hccl import initialize_distributed_hpu
     for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "ID", "OMPI_COMM_WORLD_SIZE",
               "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "HLS_MODULE_ID", "HABANA_VISIBLE_MODULES"):
-        monkeypatch.delenv(k, raising=False)
+        monkeypatch.setenv(k, "")         # recorded, so that what initialize_distributed_hpu sets is undone
+        monkeypatch.delenv(k)
     assert initialize_distributed_hpu() == (1, -1, -1)
     assert os.environ["MASTER_ADDR"] == "localhost" and os.environ["MASTER_PORT"] == "12345"
     monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "8")
