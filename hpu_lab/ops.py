@@ -165,6 +165,22 @@ def is_view(func) -> bool:
 
 
 _VIEW: dict = {}
+_COMPOSITE_VIEW: dict = {}
+
+
+def is_composite_view(func) -> bool:
+    """A view-like op torch writes on top of other ops (``contiguous``, ``reshape``, ``flatten``,
+    ``narrow``: CompositeImplicitAutograd, its result aliasing the input only *maybe*). Above
+    autograd torch runs that composite and the device sees its parts; an op reaching the device
+    whole (called below autograd: inside an op handler, ``_AutoDispatchBelowAutograd``) is not a
+    view either: ``contiguous`` of a transposed tensor is a copy."""
+    v = _COMPOSITE_VIEW.get(func)
+    if v is None:
+        v = _COMPOSITE_VIEW[func] = is_view(func) and isinstance(func, torch._ops.OpOverload) and \
+            torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd")
+    return v
+
+
 _POINTWISE: dict = {}
 
 

@@ -73,6 +73,8 @@ def resolve(func):
         return _data_dependent
     if torch.Tag.nondeterministic_seeded in getattr(func, "tags", ()):
         return _random_on_host
+    if ops.is_composite_view(func):
+        return special_ops.composite     # torch's own decomposition: a copy where it copies
     info = ops.inplace_info(func)
     if ops.is_view(func):
         return view_ops.inplace_view if info is not None and info[0] else view_ops.view_op
