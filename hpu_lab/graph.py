@@ -287,7 +287,7 @@ def op_key(op) -> str:
             k = HELPER_NAMES[op]
         else:
             k = repr((type(op).__name__, target_name(op), getattr(op, "dtype", None),
-                      getattr(op, "written", None)))
+                      getattr(op, "written", None), getattr(op, "variant", None)))
         _OPKEY[id(op)] = k
         _OPKEY_KEEP.append(op)      # ids stay valid: the op objects are never freed
     return k

@@ -375,11 +375,13 @@ def lazy_op(func, args, kwargs):
     return functional_op(func, args, kwargs)
 
 
-def functional_op(func, args, kwargs):
+def functional_op(func, args, kwargs, node_op=None):
     """lazy_op for an op known to write nothing (dispatch decides that once per op).
 
     This is the hottest path of the emulator: tensor args are handled inline, output metadata
     comes from a dict keyed by the argument signature, and only a miss runs the meta kernel.
+    ``node_op``: what the node runs instead of ``func`` (its outputs' metas come from it), the
+    op event still naming ``func`` (hidden_writes.py: the op and the values it writes besides).
     """
     pg = S.pg
     refs, mkeys, nargs, sargs = [], [], [], []
@@ -409,7 +411,8 @@ def functional_op(func, args, kwargs):
         skw = tuple(skw)
     else:
         nkw, skw = kwargs, ()
-    ok = op_key(func)
+    run = func if node_op is None else node_op
+    ok = op_key(run)
     # (torch's default dtype is an input of the meta too: a factory's dtype, an integer tensor's
     # true division: see GraphKey.default_dtype)
     mkey = (ok, tuple(mkeys), tuple(kwargs), _default_dtype())
@@ -420,9 +423,9 @@ def functional_op(func, args, kwargs):
     else:
         def compute():
             margs, mkw = [_meta_arg(a) for a in nargs], {k: _meta_arg(v) for k, v in nkw.items()}
-            res = ops.run_meta(func, margs, mkw)
+            res = ops.run_meta(run, margs, mkw)
             metas, spec = _out_metas(res)
-            if ops.is_pointwise(func) and func not in _OWN_LAYOUT:
+            if ops.is_pointwise(run) and run not in _OWN_LAYOUT:
                 metas = _iterator_layout(func, margs, mkw, metas)
             return metas, spec, res
 
@@ -430,7 +433,7 @@ def functional_op(func, args, kwargs):
             metas, spec, res_template = ops.cached_meta(mkey, compute)
         except ops.MetaFailure as e:
             return _meta_failed(func, args, kwargs, e)
-    outs = pg.add(func, nargs, nkw, metas, spec, tuple(sargs), skw, tuple(refs), _op_src(func), ok)
+    outs = pg.add(run, nargs, nkw, metas, spec, tuple(sargs), skw, tuple(refs), _op_src(func), ok)
     if spec is None:
         t = wrap_new(metas[0], outs[0])
         if S.max_ops is not None:
