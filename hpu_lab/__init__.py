@@ -78,6 +78,9 @@ try:
     from . import torch_profiler as _torch_profiler  # noqa: E402
 
     _torch_profiler.install()   # torch.profiler traces show the emulated HPU (torch_profiler.py)
+    from . import hidden_writes as _hidden_writes  # noqa: E402
+
+    _hidden_writes.install()    # batch norm's running stats & co.: writes the schema does not declare
     from . import rnn as _rnn  # noqa: E402
 
     _rnn.install()              # nn.LSTM/GRU/RNN and cells: the op sequence CPU runs (rnn.py)

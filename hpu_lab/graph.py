@@ -130,6 +130,38 @@ class InplaceOnClone:
         return (InplaceOnClone, (self.op, self.written))
 
 
+class WithHiddenWrites:
+    """An op whose CPU kernel also writes arguments its schema calls read-only (ops.HIDDEN_WRITES):
+    run on clones of those arguments (``written``: positions, or keywords), it returns the op's
+    outputs and then the clones' new values, so the writes are outputs of the graph like any
+    other. (Never traced to TorchScript: the tracer's graph would take the op for a pure one.)"""
+    __slots__ = ("op", "written", "__name__")
+
+    def __init__(self, op, written):
+        self.op, self.written = op, written
+        self.__name__ = f"{op._schema.name.split('::')[1]}_and_writes"
+
+    def __call__(self, *args, **kwargs):
+        args, kwargs = list(args), dict(kwargs)
+        for w in self.written:
+            if type(w) is int:
+                args[w] = args[w].clone()
+            else:
+                kwargs[w] = kwargs[w].clone()
+        res = self.op(*args, **kwargs)
+        new = tuple(args[w] if type(w) is int else kwargs[w] for w in self.written)
+        return (*res, *new) if isinstance(res, (tuple, list)) else (res, *new)
+
+    def __eq__(self, other):
+        return type(other) is WithHiddenWrites and other.op == self.op and other.written == self.written
+
+    def __hash__(self):
+        return hash((self.op, self.written))
+
+    def __reduce__(self):
+        return (WithHiddenWrites, (self.op, self.written))
+
+
 class InplaceOnStorages:
     """An in-place op writing several tensors (a foreach list, an optimizer's params and state),
     some sharing memory with others it reads or writes (aliasing.writes_over_reads), or one tensor

@@ -101,6 +101,8 @@ def host_op(func, args, kwargs, reason):
         for k in out_kw:
             if k in kwargs:
                 pairs += zip(_flat(kwargs[k]), _flat(ckw[k]))
+    for k, t in ops.hidden_writes(func, args, kwargs):     # written too, schema or not (ops.py)
+        pairs.append((t, cargs[k] if type(k) is int else ckw[k]))
     pairs = [(t, h) for t, h in pairs if isinstance(t, HPUTensor) and isinstance(h, torch.Tensor)]
     pairs = list({id(h): (t, h) for t, h in pairs}.values())    # [a, a]: one host view, bumped twice
     before = [(tuple(h.shape), tuple(h.stride()), h._version) for _, h in pairs]

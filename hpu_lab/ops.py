@@ -46,6 +46,43 @@ INPLACE_VIEW = {
 }
 
 
+# Ops whose CPU kernel writes arguments their schema does not mark as written (``Tensor(a!)``):
+# found by running every OpInfo and ModuleInfo sample on the CPU and comparing each argument's
+# memory before and after each aten op (tests/mutation_audit.py; docs/correctness.md lists them).
+# op -> (the written arguments' names, whether a call with these bound arguments writes them, a
+# pure op taking the same arguments and returning the outputs then the written values, or None).
+# A graph node computing such an op would leave the write out of the graph (dead code removal
+# dropped it, a read before the result was needed saw the old values): hidden_writes.py records it.
+HIDDEN_WRITES = {
+    # training: running_mean/var get the momentum update (nn.BatchNorm*'s forward in train mode);
+    # the functional twin runs CPU's batch_norm_cpu on clones of the stats (equal bit for bit)
+    aten.native_batch_norm.default: (("running_mean", "running_var"), lambda a: bool(a["training"]),
+                                     aten._native_batch_norm_legit_functional.default),
+    # oneDNN's LSTM backward uses the forward's workspace as scratch (nn.LSTM's backward on CPU)
+    aten.mkldnn_rnn_layer_backward.default: (("workspace",), lambda a: True, None),
+}
+
+
+def hidden_writes(func, args, kwargs) -> list:
+    """[(position or keyword, tensor)]: the arguments this call of ``func`` writes although its
+    schema does not say so (``HIDDEN_WRITES``); empty for every other op."""
+    entry = HIDDEN_WRITES.get(func)
+    if entry is None:
+        return []
+    names, writes, _ = entry
+    where, bound = {}, {}
+    for i, a in enumerate(func._schema.arguments):
+        if i < len(args) and not a.kwarg_only:
+            where[a.name], bound[a.name] = i, args[i]
+        elif a.name in kwargs:
+            where[a.name], bound[a.name] = a.name, kwargs[a.name]
+        else:
+            bound[a.name] = a.default_value if a.has_default_value() else None
+    if not writes(bound):
+        return []
+    return [(where[n], bound[n]) for n in names if isinstance(bound.get(n), torch.Tensor)]
+
+
 class MetaFailure(Exception):
     """The op has no usable meta kernel (or its output depends on the data)."""
 
