@@ -46,6 +46,41 @@ def set_device(device) -> None:
         raise RuntimeError(f"hpu_lab emulates one device (hpu:0); cannot set device {device}")
 
 
+class device:
+    """Context manager selecting the current device, as ``torch.cuda.device``: torch's own code
+    enters it around device work (``torch.serialization`` restoring a storage, ``torch.utils.checkpoint``,
+    ``Storage.to``). hpu_lab emulates one device: hpu:0 (or -1/None: no change) is accepted."""
+
+    def __init__(self, device):
+        from ._utils import _get_device_index
+        self.idx = _get_device_index(device, optional=True)
+        if self.idx not in (-1, 0):
+            raise RuntimeError(f"hpu_lab emulates one device (hpu:0); cannot select device {device}")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class device_of(device):
+    """Context manager selecting the device of ``obj`` (a tensor): hpu:0 for an hpu tensor, no
+    change for anything else."""
+
+    def __init__(self, obj):
+        super().__init__(obj.get_device() if getattr(obj, "is_hpu", False) else -1)
+
+
+def _get_generator(device) -> torch.Generator:
+    """The default generator of ``device`` (torch's rng-functionalization asks): hpu's random
+    numbers are drawn on the host from torch's default generator (hpu/random.py)."""
+    from ._utils import _get_device_index
+    if _get_device_index(device, optional=True) != 0:
+        raise RuntimeError(f"hpu_lab emulates one device (hpu:0); no generator for {device}")
+    return torch.default_generator
+
+
 def get_device_name(device=None) -> str:
     """The card's name as the real API gives it ("GAUDI", "GAUDI2", "GAUDI3"): the card the Gaudi
     clock models, chosen by HPU_LAB_DEVICE (default gaudi2)."""
@@ -185,7 +220,7 @@ from .random import *  # noqa: E402,F401,F403
 from .streams import *  # noqa: E402,F401,F403
 from .events import *  # noqa: E402,F401,F403
 from .graphs import *  # noqa: E402,F401,F403
-from . import events, graphs, memory, random, streams  # noqa: E402,F401
+from . import _utils, events, graphs, memory, random, streams  # noqa: E402,F401
 
 # ``habana_frameworks.torch.hpu.hpu`` is this module: the bridge's memory.py does ``import
 # habana_frameworks.torch.hpu as hpu`` and the package re-exports memory's names (lightning-habana
