@@ -84,6 +84,9 @@ try:
     from . import rnn as _rnn  # noqa: E402
 
     _rnn.install()              # nn.LSTM/GRU/RNN and cells: the op sequence CPU runs (rnn.py)
+    from . import serialization as _serialization  # noqa: E402
+
+    _serialization.install()    # torch.save/load of hpu tensors: storages and views kept (serialization.py)
     from . import generator as _generator  # noqa: E402
 
     _generator.install()        # torch.Generator(device="hpu"): hpu's (the host's) generator

@@ -249,8 +249,10 @@ class HPUTensor(torch.Tensor):
         return object.__format__(self, spec)
 
     def __reduce_ex__(self, proto):
-        # torch.save / pickle: through the CPU (a host sync); torch.load (weights_only too) puts the
-        # tensor back on "hpu" with torch's own allow-listed rebuild function
+        # torch.save / pickle: as CPU saves a tensor, a view of its storage's host copy, storages
+        # shared (serialization.py); torch.load (weights_only too) rebuilds it with torch's functions
+        if _reduce is not None:
+            return _reduce(self, proto)
         return (torch._utils._rebuild_device_tensor_from_cpu_tensor,
                 (_to_cpu(self, "torch.save"), self.dtype, "hpu:0", self.requires_grad))
 
@@ -262,6 +264,12 @@ _dispatch = None       # set by hpu_lab.lazy: the active mode's dispatch functio
 _to_cpu = None         # set by hpu_lab.lazy
 _read_item = None      # set by hpu_lab.lazy
 _set_reason = None     # set by hpu_lab.lazy
+_reduce = None         # set by hpu_lab.serialization: how torch.save writes an hpu tensor
+
+
+def set_reduce(fn) -> None:
+    global _reduce
+    _reduce = fn
 
 
 _dispatch_modes = torch._C._len_torch_dispatch_stack
