@@ -20,6 +20,11 @@ correction here is the CPU kernel's rule, checked against it by tests/test_meta_
   inverse std; torch's Meta kernels say ``[C]``. The hpu op then failed ("Expected Tensor but got
   None", a storage out of bounds) or returned statistics CPU does not have. In training mode the
   saved statistics of a bfloat16 input are bfloat16 on CPU (the Meta kernels say float32).
+- ``native_batch_norm_backward``, ``batch_norm_backward``: CPU's kernel returns no gradient where
+  ``output_mask`` asks for none (a batch norm whose input needs no gradient: normalising the data);
+  torch's Meta kernels return all three. In eager mode, where every output of an op is read back,
+  the backward of such a batch norm failed (the executor's output check refused the missing
+  input gradient). Found by the module programs of the random-program fuzzer.
 - ``convolution``: CPU's kernel returns channels-last when its input or weight is channels-last (the
   layout its backend, oneDNN or the slow kernel, picks); torch's Meta kernel is always contiguous, as
   it cannot tell the backend. The layout is asked of torch's own backend selection for a CPU tensor of
@@ -128,6 +133,21 @@ def _eval_stats_empty(op, training_arg):
             stats = [t.new_empty(t.shape, dtype=running.dtype) for t in stats]
         return (out, mean.new_empty(shape, dtype=dtype), invstd.new_empty(shape, dtype=dtype), *stats)
     return kernel
+
+
+def _masked_like_cpu(op, mask_arg):
+    """A batch-norm backward's Meta kernel, with no output where ``output_mask`` says none (CPU's
+    kernel returns undefined ones there; torch's Meta kernels return all three)."""
+    meta = _decomposition_table[op]
+
+    def kernel(*args, **kwargs):
+        mask = args[mask_arg] if len(args) > mask_arg else kwargs["output_mask"]
+        return tuple(r if m else None for r, m in zip(meta(*args, **kwargs), mask))
+    return kernel
+
+
+for _op in (torch.ops.aten.native_batch_norm_backward.default, torch.ops.aten.batch_norm_backward.default):
+    _lib.impl(_op._schema.name.split("::")[1], _masked_like_cpu(_op, 9), "Meta")
 
 
 for _op, _training_arg in ((torch.ops.aten.native_batch_norm.default, 5),
