@@ -35,7 +35,8 @@ help:
 	@echo "make bridge-suite BRIDGE=<gaudi-pytorch-bridge checkout>  run Intel's lazy-mode bridge tests on hpu_lab"
 	@echo "make client-suites LIGHTNING_HABANA=<dir> DEEPSPEED=<dir> OPTIMUM_HABANA=<dir> [ACCELERATE=<dir>]"
 	@echo "            run those libraries' own HPU tests unchanged on hpu_lab (installs the [clients] extra)"
-	@echo "make fuzz   set up, then run every OpInfo sample (6 configs) and 300 random programs vs CPU"
+	@echo "make fuzz   set up, then run every OpInfo sample (6 configs), 300 random programs of each kind vs CPU"
+	@echo "            and the mutation audit (tests/mutation_audit.py)"
 
 setup: $(VENV)/.installed chromium
 
@@ -121,7 +122,10 @@ client-suites: setup
 	  $(if $(ACCELERATE),--accelerate "$(ACCELERATE)") --doc docs/client_suites.md $(CLIENT_ARGS)
 
 # The full differential runs (tests/ runs a sample of each): every sample of every OpInfo op in
-# float32, bfloat16 and with gradients, lazy and eager; then random programs, shrunk when they fail.
+# float32, bfloat16 and with gradients, lazy and eager; then random programs of both kinds (tensor
+# programs; module programs: BatchNorm/dropout/RNN modules, discarded outputs, statistics read
+# mid-step, save/load round trips), shrunk when they fail; then the mutation audit (which aten ops
+# write arguments their schema does not declare: hpu_lab/ops.py HIDDEN_WRITES must list them).
 # FUZZ_ARGS / PROGRAMS narrow it, e.g. make fuzz FUZZ_ARGS='f32-lazy --per-op 3' PROGRAMS=50;
 # FUZZ_ARGS='grad-eager --shard 2/4' runs the second of four interleaved parts of the ops (in pieces).
 FUZZ_ARGS ?=
@@ -130,4 +134,5 @@ fuzz: $(VENV)/.installed
 	@status=0; \
 	$(RUN) $(PY) tests/opinfo_diff.py --isolate $(FUZZ_ARGS) || status=$$?; \
 	$(RUN) $(PY) tests/fuzz_programs.py --programs $(PROGRAMS) || { rc=$$?; [ $$status != 0 ] || status=$$rc; }; \
+	$(RUN) $(PY) tests/mutation_audit.py || { rc=$$?; [ $$status != 0 ] || status=$$rc; }; \
 	exit $$status

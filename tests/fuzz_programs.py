@@ -2,16 +2,21 @@
 
 A program is a list of Python lines over tensors t0, t1, ... (elementwise ops, broadcasting, matmul
 with 1-D/2-D/3-D operands, reductions, views, in-place ops on views and on their bases, casts,
-mark_step and .item() points, and a backward through leaves w0, w1, ...). The generator proposes
+mark_step and .item() points, and a backward through leaves w0, w1, ...). A second kind, the
+module programs of ``fuzz_modules.py``, adds nn modules with state and side effects (BatchNorm,
+Dropout, LSTM/GRU/RNN and cells; outputs sometimes discarded, statistics read mid-step) and
+torch.save/torch.load round trips; modules are compared by parameters, gradients and buffers.
+The generator proposes
 random lines and keeps those CPU runs without error, so CPU defines every program's meaning; hpu
 must then give the same results, in lazy and in eager mode. A failing program is shrunk (lines
 removed while it still fails) and printed, so the report is a minimal reproducer.
 
-``tests/test_fuzz_programs.py`` runs a few programs in ``make test``; ``make fuzz`` runs many
-(``python tests/fuzz_programs.py --programs 300``).
+``tests/test_fuzz_programs.py`` runs a few programs of each kind in ``make test``; ``make fuzz`` runs
+many (``python tests/fuzz_programs.py --programs 300``: 300 of each kind).
 """
 from __future__ import annotations
 
+import io
 import random
 import sys
 
@@ -157,8 +162,22 @@ class Gen:
             self.leaves += 1
 
 
+# torch.load's map_location on hpu, varied by the module programs' round trips (fuzz_modules.py)
+MAP_LOCATIONS = [None, "hpu", "hpu:0", torch.device("hpu"), lambda s, loc: s.hpu(),
+                 lambda s, loc: s.to(device="hpu")]
+
+
+def rt(obj, variant, dev):
+    """``obj`` through torch.save and torch.load (on hpu with the ``variant``-th map_location)."""
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    buf.seek(0)
+    return torch.load(buf, map_location=MAP_LOCATIONS[variant % len(MAP_LOCATIONS)] if dev == "hpu" else None)
+
+
 def _env(dev):
-    return {"torch": torch, "htcore": htcore, "dev": dev}
+    return {"torch": torch, "htcore": htcore, "dev": dev, "nn": torch.nn,
+            "rt": lambda obj, variant=0: rt(obj, variant, dev)}
 
 
 def generate(seed, length=25):
@@ -246,6 +265,16 @@ def _diff(name, got, exp):
             lb = tuple(st for s, st in zip(b.shape, b.stride()) if s > 1)
             if la != lb:
                 return f"{what}: strides {tuple(a.stride())} vs CPU {tuple(b.stride())}"
+    elif isinstance(exp, torch.nn.Module):          # parameters, their gradients, buffers
+        if not isinstance(got, torch.nn.Module):
+            return f"{name}: missing"
+        g, e = got.state_dict(keep_vars=True), exp.state_dict(keep_vars=True)
+        if list(g) != list(e):
+            return f"{name}: state {list(g)} vs CPU {list(e)}"
+        for k in e:
+            msg = _diff(f"{name}.{k}", g[k], e[k])
+            if msg:
+                return msg
     elif isinstance(exp, float) and name.startswith("s"):
         if not isinstance(got, float) or abs(got - exp) > 1e-4 + 1e-4 * abs(exp):
             if not (exp != exp and got != got):
@@ -276,21 +305,33 @@ def report(seed, lines, modes=("1", "0")):
             f"minimal program ({len(small)} lines; dev = 'hpu' vs 'cpu'):\n    " + "\n    ".join(small))
 
 
+def generate_kind(kind, seed, length):
+    """A program of ``kind``: "tensor" (this module's lines) or "module" (fuzz_modules.py)."""
+    if kind == "module":
+        import fuzz_modules
+        return fuzz_modules.generate(seed, length)
+    return generate(seed, length)
+
+
 def main(argv):
     import argparse
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--programs", type=int, default=300)
+    ap.add_argument("--programs", type=int, default=300, help="programs of each kind")
     ap.add_argument("--first-seed", type=int, default=0)
     ap.add_argument("--length", type=int, default=30)
+    ap.add_argument("--kinds", default="tensor,module", help="tensor, module, or both (comma-separated)")
     a = ap.parse_args(argv)
-    failures = 0
-    for seed in range(a.first_seed, a.first_seed + a.programs):
-        r = report(seed, generate(seed, a.length))
-        if r:
-            failures += 1
-            print(r, flush=True)
-    print(f"random programs: {a.programs}, lazy and eager, {failures} differ from CPU")
-    return 1 if failures else 0
+    status = 0
+    for kind in a.kinds.split(","):
+        failures = 0
+        for seed in range(a.first_seed, a.first_seed + a.programs):
+            r = report(seed, generate_kind(kind, seed, a.length))
+            if r:
+                failures += 1
+                print(f"[{kind}] {r}", flush=True)
+        print(f"random {kind} programs: {a.programs}, lazy and eager, {failures} differ from CPU", flush=True)
+        status = status or (1 if failures else 0)
+    return status
 
 
 if __name__ == "__main__":

@@ -1,16 +1,26 @@
 """Random straight-line programs on hpu vs CPU, lazy and eager (generator: ``fuzz_programs.py``).
 
-A few seeded programs here; ``make fuzz`` runs many. A failure prints the shrunk program."""
+A few seeded programs of each kind here; ``make fuzz`` runs many. A failure prints the shrunk program."""
 import pytest
 
+import fuzz_modules
 import fuzz_programs as fz
 
 SEEDS = range(12)
+MODULE_SEEDS = range(6)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_random_program_matches_cpu(seed):
     msg = fz.report(seed, fz.generate(seed, 30))
+    assert msg is None, msg
+
+
+@pytest.mark.parametrize("seed", MODULE_SEEDS)
+def test_random_module_program_matches_cpu(seed):
+    """Modules with state (BatchNorm, dropout, RNNs), discarded outputs, statistics read mid-step,
+    save/load round trips (fuzz_modules.py)."""
+    msg = fz.report(seed, fuzz_modules.generate(seed, 30))
     assert msg is None, msg
 
 
