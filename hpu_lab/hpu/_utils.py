@@ -29,6 +29,5 @@ def _get_device_index(device: Any, optional: bool = False, allow_cpu: bool = Fal
     if idx is None:
         if not optional:
             raise ValueError(f"Expected a torch.device with a specified index or an integer, but got:{device}")
-        from . import current_device
-        idx = current_device()
+        idx = torch.hpu.current_device()      # (torch.hpu is the package above: no import cycle)
     return idx
