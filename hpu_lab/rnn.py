@@ -14,8 +14,9 @@ number (forward and gradients, fp32 and bf16) is CPU's, bit for bit:
 - everything else runs CPU's generic layers: the input projection of the whole sequence first
   (``linear``), then the cell per step, with CPU's in-place gate ops; packed sequences by
   ``batch_sizes`` (read on the host, as CPU reads them);
-- dropout between layers is CPU's: noise drawn by ``bernoulli_`` (on the host, hpu_lab's random
-  ops) and multiplied in.
+- dropout between layers is CPU's ``at::dropout`` (not the fused ``native_dropout`` ATen picks for
+  PrivateUse1): noise drawn by ``bernoulli_`` (on the host, hpu_lab's random ops), divided by 1 - p,
+  multiplied in.
 ``tests/test_rnn.py`` checks the op sequence against CPU's own, and the results bit for bit.
 
 ``mkldnn_rnn_layer`` itself is one graph node (``MkldnnLayer``): its CPU kernel returns the
@@ -33,7 +34,7 @@ import torch.nn.functional as F
 
 aten = torch.ops.aten
 _lib = None
-_LSTM_MODE, _RELU_MODE, _TANH_MODE = 2, 0, 1      # ideep::rnn_kind
+_LSTM_MODE = 2      # ideep::rnn_kind::LSTM (the mode CPU passes to mkldnn_rnn_layer)
 
 
 # ---------------------------------------------------------------- parameters and checks
@@ -81,6 +82,19 @@ def _use_mkldnn(inp, params, hx) -> bool:
     return ok and inp.numel() != 0
 
 
+def _cpu_dropout(x, p, train=True):
+    """CPU's ``at::dropout`` (``_dropout_impl``): ``empty_like`` noise, ``bernoulli_(1 - p)`` (drawn on
+    the host), divided in place by ``1 - p``, multiplied in (MulBackward: the gradient is CPU's)."""
+    if p == 0 or not train or x.numel() == 0:
+        return x
+    if p == 1:
+        return x * torch.zeros((), dtype=x.dtype, device=x.device)
+    noise = torch.empty_like(x)
+    noise.bernoulli_(1 - p)
+    aten.div_.Scalar(noise, 1 - p)          # (Python's noise.div_(q) would be div_.Tensor)
+    return x * noise
+
+
 _WARNED: set = set()
 
 
@@ -89,18 +103,6 @@ def _warn_once(msg):
     if msg not in _WARNED:
         _WARNED.add(msg)
         warnings.warn(msg, UserWarning, stacklevel=3)
-
-
-def _dropout(x, p):
-    """CPU's ``at::dropout(x, p, train=True)``: bernoulli noise, divided by 1 - p, multiplied in."""
-    if p == 0 or x.numel() == 0:
-        return x
-    if p == 1:
-        return x * torch.zeros((), dtype=x.dtype, device=x.device)
-    noise = torch.empty_like(x)
-    noise.bernoulli_(1 - p)
-    aten.div_.Scalar(noise, 1 - p)          # (Python's noise.div_(q) would be div_.Tensor)
-    return x * noise
 
 
 # ---------------------------------------------------------------- cells (ATen's CPU branch)
@@ -233,7 +235,7 @@ def _rnn_impl(cell, packed, inp, params, hiddens, num_layers, dropout_p, train, 
         inp, final = layer(cell, inp, hiddens[l], params[l])
         finals.append(final)
         if dropout_p != 0 and train and l < num_layers - 1:
-            inp = (_dropout(inp[0], dropout_p), inp[1]) if packed else _dropout(inp, dropout_p)
+            inp = (_cpu_dropout(inp[0], dropout_p, True), inp[1]) if packed else _cpu_dropout(inp, dropout_p, True)
     if bidirectional:
         finals = [h for pair in finals for h in pair]
     return inp, finals
@@ -327,7 +329,7 @@ def _mkldnn_lstm(inp, params, hx, has_biases, num_layers, dropout, train, bidire
             cy.append(c)
         x = outs[0] if dirs == 1 else torch.cat(outs, -1)
         if dropout != 0 and train and layer < num_layers - 1:
-            x = _dropout(x, dropout)
+            x = _cpu_dropout(x, dropout, True)
     hy, cy = torch.stack(hy, 0), torch.stack(cy, 0)
     return (x.transpose(0, 1) if batch_first else x), hy, cy
 

@@ -121,25 +121,49 @@ def random_inplace(func, args, kwargs):
 
 
 def native_dropout(func, args, kwargs):
+    """What ``F.dropout`` reaches for an hpu tensor (ATen takes the fused op for PrivateUse1). The
+    noise is what CPU's dropout (``_dropout_impl``) draws, into a buffer laid out as CPU's
+    ``empty_like(x)``: ``bernoulli_(1 - p)``, divided by ``1 - p``; it becomes a graph input. (Drawn
+    contiguous, a transposed ``x`` got CPU's draws on other elements.)"""
     x, p, train = args[0], args[1], args[2] if len(args) > 2 else kwargs.get("train")
     if not train or p == 0:
         return lazy_op(func, args, kwargs)
     if p >= 1:
         return lazy_op(func, args, kwargs)
-    # the noise is what CPU's dropout draws: bernoulli(1-p) / (1-p); it becomes a graph input
     size, dtype = tuple(x.shape), x.dtype       # (no tensor in the closure: see random_inplace)
+    stride = tuple(torch.empty_like(ops.meta_tensor(x._size, x._stride, dtype)).stride())
 
     def draw():
-        noise = torch.empty(size, dtype=dtype).bernoulli_(1 - p)
+        noise = torch.empty_strided(size, stride, dtype=dtype).bernoulli_(1 - p)
         return noise.div_(1 - p)
 
-    noise = new_storage_tensor(size, contiguous_strides(size), x.dtype, None)
-    noise._st.value = Inp(draw(), (size, contiguous_strides(size), x.dtype), regen=draw)
+    noise = new_storage_tensor(size, stride, x.dtype, None)
+    noise._st.value = Inp(draw(), (size, stride, x.dtype), regen=draw)
     if S.capture is not None:
         S.capture.created(noise._st.value)
     out = lazy_op(aten.mul.Tensor, (x, noise), {})
     mask = lazy_op(aten.ne.Scalar, (noise, 0), {})
+    if len(_DROPOUT_P) > 1024:
+        _DROPOUT_P.clear()
+    _DROPOUT_P[1.0 / (1.0 - p)] = p             # the scale autograd passes to the backward
     return out, mask
+
+
+_DROPOUT_P: dict = {}       # 1 / (1 - p), as autograd computes it for native_dropout_backward -> p
+
+
+def native_dropout_backward(func, args, kwargs):
+    """CPU's dropout multiplies the gradient by its noise, whose kept elements are ``1 / (1 - p)``
+    computed in the tensor's dtype; ``native_dropout_backward`` by ``1 / (1 - p)`` rounded from a
+    double: for 226 of the 999 values p = 0.001 ... 0.999 the two differ in the last bit. For the
+    scale of an hpu dropout, the kernel gets CPU's factor (as a double it rounds to itself); any
+    other scale (a direct call) is left as given, as on CPU."""
+    names = [a.name for a in func._schema.arguments]
+    bound = dict(zip(names, args), **kwargs)
+    p = _DROPOUT_P.get(bound["scale"])
+    if p is not None:
+        bound["scale"] = float(torch.ones((), dtype=bound["grad_output"].dtype).div_(1 - p))
+    return lazy_op(func, (bound["grad_output"], bound["mask"], bound["scale"]), {})
 
 
 def resize_(func, args, kwargs):
@@ -278,6 +302,7 @@ HANDLERS = {    # the router's special-op table starts as this (route.py owns it
     aten._to_copy.default: to_copy,
     aten._local_scalar_dense.default: local_scalar_dense,
     aten.native_dropout.default: native_dropout,
+    aten.native_dropout_backward.default: native_dropout_backward,
     aten.resize_.default: resize_,
     aten.set_.source_Tensor: objmodel.set_,
     aten.set_.source_Storage: objmodel.set_,
