@@ -3,7 +3,7 @@
 On CPU (and CUDA, and Gaudi) ``torch.save`` writes each *storage* once and each tensor as a view of
 it (``_rebuild_tensor_v2(storage, offset, size, stride)``): a view saved with its base comes back as
 a view of the same storage, parameters tied in a model stay tied. hpu tensors were saved one by one
-through the CPU (each an independent tensor after loading), and ``torch.load(map_location="hpu")``
+through the CPU (each an independent tensor after loading), and loading with ``map_location="hpu"``
 raised (``torch.hpu.device`` was missing; with it, torch's own ``Storage.to("hpu")`` would have made
 a storage on a device with no allocator: a crash).
 
