@@ -7,14 +7,17 @@ in a graph: dead code removal drops it with an unused output, a read before the 
 sees the old values. So every such op must be listed in ``hpu_lab.ops.HIDDEN_WRITES``.
 
 How: every sample of every op of PyTorch's OpInfo database (several dtypes, forward and backward)
-and every sample of every module of its ModuleInfo database (train and eval mode, forward and
-backward) runs on the CPU under a dispatch mode that, for each aten op called, copies the memory of
+every sample of every module of its ModuleInfo database (train and eval mode, forward and
+backward) and every input of every optimizer of its OptimizerInfo database (single-tensor, foreach,
+fused: two steps) runs on the CPU under a dispatch mode that, for each aten op called, copies the memory of
 each tensor argument not declared written (and not sharing memory with one that is), runs the op,
-and compares. The ops that wrote anyway, and the arguments, are the findings; ``main`` prints them,
-how many of the aten ops with a CPU kernel the samples reached, and fails if a finding is missing
-from the table.
+and compares. Then each aten op with a CPU kernel that no sample reached is called on arguments
+made from its schema's types (a few shapes and dtypes; in child processes, as made-up arguments
+can crash a kernel). The ops that wrote anyway, and the arguments, are the findings; ``main``
+prints them, how many of the aten ops with a CPU kernel were reached, and fails if a finding is
+missing from the table.
 
-    python tests/mutation_audit.py            # everything (~10 minutes on 2 cores)
+    python tests/mutation_audit.py            # everything (~15 minutes on 2 idle cores)
     python tests/mutation_audit.py --list     # also the aten ops with a CPU kernel never reached
 """
 from __future__ import annotations
@@ -142,6 +145,132 @@ def audit_modules(names=None, found=None):
     return found
 
 
+# a schema's argument types -> the values tried for them (profiles: every tensor of one shape)
+SHAPES = [(4,), (3, 4), (2, 3, 4), (2, 3, 4, 4)]
+SKIP_SCHEMA = ("from_file", "_foobar", "_test_", "_make_dep_token", "pin_memory", "is_pinned", "_nested", "mkldnn",
+               "quantize", "sparse", "_assert", "fbgemm", "_fused_sdp_choice", "_copy_from", "set_", "resize",
+               "_local_scalar_dense", "empty", "record_stream")
+
+
+def _schema_args(func, shape, dtype, flag):
+    """Arguments for ``func`` made from its schema's types alone (None where it cannot): every
+    tensor of ``shape`` and ``dtype``; ints 1, int lists ``shape`` (or [1]), bools and optional
+    tensors by ``flag`` (an optional tensor given or None)."""
+    args = []
+    for a in func._schema.arguments:
+        t = str(a.type)
+        if a.kwarg_only and a.has_default_value():
+            continue
+        if t == "Tensor" or (t == "Optional[Tensor]" and flag):
+            v = torch.randn(shape) if dtype.is_floating_point else torch.randint(0, 3, shape, dtype=dtype)
+        elif t in ("List[Tensor]", "List[Optional[Tensor]]"):
+            v = [torch.randn(shape) for _ in range(2)]
+        elif t == "int":
+            v = 1
+        elif t == "List[int]":
+            v = list(shape) if flag else [1]
+        elif t in ("float", "number"):
+            v = 0.5
+        elif t == "bool":
+            v = flag
+        elif t == "List[bool]":
+            v = [flag] * 3
+        elif t.startswith("Optional["):
+            v = a.default_value if a.has_default_value() else None
+        elif a.has_default_value():
+            v = a.default_value
+        else:
+            return None
+        args.append(v)
+    return args
+
+
+def audit_schemas(names, found):
+    """Each op of ``names`` ("aten.add.Tensor") on arguments made from its schema (a few shapes and
+    dtypes): reaches ops no sample reaches, where its schema alone gives it valid arguments."""
+    for name in names:
+        _, op, overload = name.split(".")
+        if any(k in op for k in SKIP_SCHEMA):
+            continue
+        func = getattr(getattr(torch.ops.aten, op), overload)
+        for shape in SHAPES:
+            for dtype in (torch.float32, torch.int64):
+                for flag in (False, True):
+                    args = _schema_args(func, shape, dtype, flag)
+                    if args is None:
+                        continue
+                    try:
+                        with Audit(found):
+                            func(*args)
+                    except Exception:
+                        pass
+    return found
+
+
+def _schemas_isolated(names, found):
+    """audit_schemas in child processes: an op that crashes the interpreter on made-up arguments
+    is skipped (named in the report), the rest go on."""
+    import json
+    import subprocess
+    crashed, todo = [], list(names)
+    while todo:
+        p = subprocess.run([sys.executable, __file__, "--schemas-child"], input="\n".join(todo), text=True,
+                           capture_output=True)
+        done = []
+        for line in p.stdout.splitlines():
+            rec = json.loads(line)
+            if rec["kind"] == "start":
+                done.append(rec["op"])
+            elif rec["kind"] == "seen":
+                SEEN.update(rec["ops"])
+            else:
+                found[rec["op"]].update(rec["args"])
+        if p.returncode == 0:
+            break
+        crashed.append(done[-1] if done else todo[0])
+        todo = todo[todo.index(crashed[-1]) + 1:]
+    return crashed
+
+
+def _schemas_child():
+    import json
+    for name in sys.stdin.read().split():
+        print(json.dumps({"kind": "start", "op": name}), flush=True)
+        found = collections.defaultdict(set)
+        before = set(SEEN)
+        audit_schemas([name], found)
+        print(json.dumps({"kind": "seen", "ops": sorted(SEEN - before)}), flush=True)
+        for op, args in found.items():
+            print(json.dumps({"kind": "found", "op": op, "args": sorted(args)}), flush=True)
+
+
+def audit_optimizers(found=None):
+    """Every input of every OptimizerInfo optimizer (single-tensor, foreach and fused where CPU has
+    them), two steps over a weight and a bias with gradients."""
+    from torch.testing._internal.common_optimizers import optim_db
+    found = collections.defaultdict(set) if found is None else found
+    for info in optim_db:
+        if info.only_supports_sparse_grads:
+            continue
+        impls = [{}] + [{impl: True} for impl in ("foreach", "fused") if impl in info.supported_impls and
+                        (impl != "fused" or "cpu" in info.supports_fused_on)]
+        for oi in info.optim_inputs_func(device="cpu"):
+            for impl in impls:
+                g = torch.Generator().manual_seed(0)
+                params = [torch.randn(3, 4, generator=g, requires_grad=True),
+                          torch.randn(4, generator=g, requires_grad=True)]
+                try:
+                    with Audit(found):
+                        opt = info.optim_cls(params, **{**oi.kwargs, **impl})
+                        for _ in range(2):
+                            for p in params:
+                                p.grad = torch.randn(p.shape, generator=g)
+                            opt.step((lambda: params[0].sum()) if info.step_requires_closure else None)
+                except Exception:
+                    pass
+    return found
+
+
 def cpu_kernel_ops() -> set:
     """Overload names ("aten.add.Tensor") of the aten ops with a CPU kernel of their own."""
     out = set()
@@ -156,17 +285,27 @@ def cpu_kernel_ops() -> set:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--list", action="store_true", help="list the CPU-kernel ops no sample reached")
+    p.add_argument("--schemas-child", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     warnings.filterwarnings("ignore")
+    if a.schemas_child:
+        _schemas_child()
+        return 0
     t0 = time.time()
     found = audit_opinfo()
     audit_modules(found=found)
+    audit_optimizers(found=found)
+    kernels = cpu_kernel_ops()
+    by_samples = SEEN & kernels
+    crashed = _schemas_isolated(sorted(kernels - SEEN), found)
     from hpu_lab import ops
     table = {str(f): set(v[0]) for f, v in ops.HIDDEN_WRITES.items()}
-    kernels = cpu_kernel_ops()
     reached = SEEN & kernels
-    print(f"mutation audit: {len(SEEN)} aten ops reached ({len(reached)} of the {len(kernels)} with a CPU "
-          f"kernel), {time.time() - t0:.0f} s")
+    print(f"mutation audit: {len(SEEN)} aten ops reached; of the {len(kernels)} with a CPU kernel, "
+          f"{len(by_samples)} by OpInfo/ModuleInfo/OptimizerInfo samples, {len(reached) - len(by_samples)} more by "
+          f"arguments made from their schema; {time.time() - t0:.0f} s")
+    if crashed:
+        print(f"  crashed on made-up arguments (skipped): {', '.join(crashed)}")
     missing = 0
     for op in sorted(found):
         listed = table.get(op) == found[op]
