@@ -95,9 +95,10 @@ def _host_copy(t) -> HostStagedStorage:
         copy = held[1]()
         if copy is not None:
             return copy
-    base = to_cpu(t, "torch.save", whole_storage=True)
-    copy = _staged(base.untyped_storage().nbytes())
-    copy.copy_(base.untyped_storage())
+    base = to_cpu(t, "torch.save", whole_storage=True)      # laid out as the Storage, at offset 0
+    raw = torch.empty(0, dtype=torch.uint8).set_(base.untyped_storage())[:st.nbytes]
+    copy = _staged(st.nbytes)
+    torch.empty(0, dtype=torch.uint8).set_(copy).copy_(raw)
     _HOST_COPIES[st] = (st.value, weakref.ref(copy))
     return copy
 
