@@ -58,6 +58,9 @@ HIDDEN_WRITES = {
     # the functional twin runs CPU's batch_norm_cpu on clones of the stats (equal bit for bit)
     aten.native_batch_norm.default: (("running_mean", "running_var"), lambda a: bool(a["training"]),
                                      aten._native_batch_norm_legit_functional.default),
+    # the statistics' momentum update alone (torch.batch_norm_update_stats; CPU's kernel writes
+    # running_mean/var when given, as native_batch_norm's does)
+    aten.batch_norm_update_stats.default: (("running_mean", "running_var"), lambda a: True, None),
     # oneDNN's LSTM backward uses the forward's workspace as scratch (nn.LSTM's backward on CPU)
     aten.mkldnn_rnn_layer_backward.default: (("workspace",), lambda a: True, None),
 }

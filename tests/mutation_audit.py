@@ -155,14 +155,17 @@ SKIP_SCHEMA = ("from_file", "_foobar", "_test_", "_make_dep_token", "pin_memory"
 def _schema_args(func, shape, dtype, flag):
     """Arguments for ``func`` made from its schema's types alone (None where it cannot): every
     tensor of ``shape`` and ``dtype``; ints 1, int lists ``shape`` (or [1]), bools and optional
-    tensors by ``flag`` (an optional tensor given or None)."""
+    tensors by ``flag`` (an optional tensor given or None). ``flag="channels"``: optional tensors
+    given, one value per channel (``shape[1]``), as per-channel statistics, weights and biases are
+    (``batch_norm_update_stats`` writes its statistics only when given ones of that shape)."""
     args = []
     for a in func._schema.arguments:
         t = str(a.type)
         if a.kwarg_only and a.has_default_value():
             continue
         if t == "Tensor" or (t == "Optional[Tensor]" and flag):
-            v = torch.randn(shape) if dtype.is_floating_point else torch.randint(0, 3, shape, dtype=dtype)
+            s = (shape[1],) if t == "Optional[Tensor]" and flag == "channels" else shape
+            v = torch.randn(s) if dtype.is_floating_point else torch.randint(0, 3, s, dtype=dtype)
         elif t in ("List[Tensor]", "List[Optional[Tensor]]"):
             v = [torch.randn(shape) for _ in range(2)]
         elif t == "int":
@@ -195,7 +198,7 @@ def audit_schemas(names, found):
         func = getattr(getattr(torch.ops.aten, op), overload)
         for shape in SHAPES:
             for dtype in (torch.float32, torch.int64):
-                for flag in (False, True):
+                for flag in (False, True) + (("channels",) if len(shape) > 1 else ()):
                     args = _schema_args(func, shape, dtype, flag)
                     if args is None:
                         continue

@@ -120,6 +120,35 @@ def test_captured_graph_replays_the_update():
     assert _equal(_stats(hpu)[:2], _stats(cpu)[:2])
 
 
+@pytest.mark.parametrize("where", ["lazy", "eager"])
+def test_batch_norm_update_stats_writes_the_statistics(where):
+    """torch.batch_norm_update_stats: CPU's kernel writes running_mean/var (momentum update), its
+    schema declares no write. With the output discarded, a read before and after mark_step sees
+    CPU's values bit for bit (before: the statistics stayed as they were, lazy and eager). It has
+    no meta kernel: it runs on the host (the CPU fallback), which writes the statistics back."""
+    config.set(PT_HPU_LAZY_MODE="0" if where == "eager" else "1")
+    before = fallback.counts["aten::batch_norm_update_stats"]
+    torch.manual_seed(6)
+    x = torch.randn(4, 3, 5) * 2 + 1
+    rm, rv = torch.randn(3), torch.rand(3) + 0.5
+    hrm, hrv = rm.to("hpu"), rv.to("hpu")
+    out = torch.batch_norm_update_stats(x, rm, rv, 0.3)
+    torch.batch_norm_update_stats(x.to("hpu"), hrm, hrv, 0.3)         # discarded
+    assert torch.equal(hrm.cpu(), rm) and torch.equal(hrv.cpu(), rv)  # read while pending
+    hout = torch.batch_norm_update_stats(x.to("hpu"), hrm, hrv, 0.3)
+    out = torch.batch_norm_update_stats(x, rm, rv, 0.3)
+    if where != "eager":
+        htcore.mark_step()
+    assert torch.equal(hrm.cpu(), rm) and torch.equal(hrv.cpu(), rv)
+    assert all(torch.equal(a.cpu(), b) for a, b in zip(hout, out))
+    mean_only = torch.zeros(3).to("hpu")                              # running_var None: mean only
+    torch.batch_norm_update_stats(x.to("hpu"), mean_only, None, 0.5)
+    ref = torch.zeros(3)
+    torch.batch_norm_update_stats(x, ref, None, 0.5)
+    assert torch.equal(mean_only.cpu(), ref)
+    assert fallback.counts["aten::batch_norm_update_stats"] > before
+
+
 def _find_node(fn, name):
     seen, stack = set(), [fn]
     while stack:
@@ -162,11 +191,13 @@ def test_lstm_backward_workspace_write_is_seen():
 
 def test_every_hidden_write_has_an_entry_the_audit_confirms():
     """The table's ops are the audit's findings on their own samples (tests/mutation_audit.py runs
-    everything): batch norm's OpInfo samples and an LSTM's backward."""
-    from mutation_audit import audit_modules, audit_opinfo
+    everything): batch norm's OpInfo samples, an LSTM's backward, batch_norm_update_stats on
+    arguments from its schema."""
+    from mutation_audit import audit_modules, audit_opinfo, audit_schemas
     found = audit_opinfo(names={"nn.functional.batch_norm"})
     if torch.backends.mkldnn.is_available():
         found.update(audit_modules(names={"nn.LSTM"}))
+    audit_schemas(["aten.batch_norm_update_stats.default"], found)      # no OpInfo sample calls it
     table = {str(f): set(v[0]) for f, v in ops.HIDDEN_WRITES.items()}
     assert found == {k: v for k, v in table.items() if k in found}
-    assert "aten.native_batch_norm.default" in found
+    assert {"aten.native_batch_norm.default", "aten.batch_norm_update_stats.default"} <= set(found)
