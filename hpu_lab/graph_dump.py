@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from typing import Optional
 from xml.sax.saxutils import escape, quoteattr
 
@@ -162,7 +163,7 @@ class GraphDumpWarning(UserWarning):
     """GRAPH_VISUALIZATION is on but a dump cannot be written: said once, the program runs on."""
 
 
-_dump_failed: list = []      # the settings under which writing a dump failed (warned once for them)
+_dump_failed: set = set()    # the settings under which writing a dump failed (warned once for them)
 
 
 def dump_graph_if_enabled(summary: Optional[ev.GraphSummary], name: str) -> Optional[str]:
@@ -181,8 +182,7 @@ def dump_graph_if_enabled(summary: Optional[ev.GraphSummary], name: str) -> Opti
     except OSError as err:
         key = (os.path.abspath(GRAPH_DUMP_DIR), prefix, fmt)
         if key not in _dump_failed:
-            _dump_failed.append(key)
-            import warnings
+            _dump_failed.add(key)
             warnings.warn(f"GRAPH_VISUALIZATION=true: cannot write the graph dump "
                           f"{os.path.join(GRAPH_DUMP_DIR, safe)}.{fmt} (PT_HPU_GRAPH_DUMP_PREFIX={prefix!r}; "
                           f"{type(err).__name__}: {err.strerror or err}); a dump that cannot be written is skipped "
