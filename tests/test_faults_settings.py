@@ -101,6 +101,7 @@ CASES = {
     "HPU_LAB_MEMORY_LIMIT": ("lots", {"PT_HPU_LAZY_MODE": "1"}, refused("expected a size such as 64MiB")),
     "HPU_LAB_SOURCE_LINES": ("perhaps", {"GRAPH_VISUALIZATION": "true"}, refused("expected true/false")),
     "HPU_LAB_DEVICE": ("gaudi9", {"PT_HPU_LAZY_MODE": "1"}, refused("expected one of gaudi, gaudi2, gaudi3")),
+    "HPU_LAB_HOST_CARDS": ("0", {"HPU_LAB_DEVICE": "gaudi3"}, refused("expected an integer >= 1")),
     "HPU_LAB_RECIPE_EXECUTOR": ("llvm", {"PT_HPU_LAZY_MODE": "0"}, refused("expected one of torchscript, fx")),
 }
 
