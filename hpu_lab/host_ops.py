@@ -82,6 +82,12 @@ class _HostCopies:
         return h
 
 
+def _version(h) -> int:
+    """A host copy's version counter; a copy made under ``torch.inference_mode`` is an inference
+    tensor, which keeps none (CPU's kernel bumps nothing we could read: 0)."""
+    return 0 if h.is_inference() else h._version
+
+
 def host_op(func, args, kwargs, reason):
     """Run an op on the host with concrete inputs (data-dependent ops, ops with no meta kernel)."""
     src = user_src(3)
@@ -105,7 +111,7 @@ def host_op(func, args, kwargs, reason):
         pairs.append((t, cargs[k] if type(k) is int else ckw[k]))
     pairs = [(t, h) for t, h in pairs if isinstance(t, HPUTensor) and isinstance(h, torch.Tensor)]
     pairs = list({id(h): (t, h) for t, h in pairs}.values())    # [a, a]: one host view, bumped twice
-    before = [(tuple(h.shape), tuple(h.stride()), h._version) for _, h in pairs]
+    before = [(tuple(h.shape), tuple(h.stride()), _version(h)) for _, h in pairs]
     try:
         res = _cpu_call(func, cargs, ckw)
     except (NotImplementedError, RuntimeError) as e:
@@ -120,7 +126,7 @@ def host_op(func, args, kwargs, reason):
         if (tuple(h.shape), tuple(h.stride())) != (shape, stride):
             _take_layout(t, h)
         write_concrete(t, _owned(h), op=ops.op_name(func))
-        for _ in range(h._version - version):     # what CPU's kernel bumped inside, and only that
+        for _ in range(_version(h) - version):     # what CPU's kernel bumped inside, and only that
             torch._C._increment_version([t])
         back[id(h)] = t
     if not func._schema.returns:

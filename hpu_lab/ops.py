@@ -221,6 +221,27 @@ def is_composite_view(func) -> bool:
     return v
 
 
+_COMPOSITE: dict = {}
+
+
+def is_composite(func) -> bool:
+    """An op torch writes on top of other ops (CompositeImplicitAutograd) with no kernel of its
+    own for the device. The dispatcher decomposes it at the autograd key, so the device sees its
+    parts; with autograd off (``torch.inference_mode``) it reaches hpu_lab's dispatch whole, where a
+    C++ backend would still get the composite's parts: ``batch_norm`` must reach the device as the
+    ``native_batch_norm`` that writes the running statistics (ops.HIDDEN_WRITES)."""
+    v = _COMPOSITE.get(func)
+    if v is None:
+        has = torch._C._dispatch_has_kernel_for_dispatch_key
+        try:
+            v = isinstance(func, torch._ops.OpOverload) and \
+                has(func.name(), "CompositeImplicitAutograd") and not has(func.name(), "PrivateUse1")
+        except RuntimeError:    # a Python-only overload (aten::lgamma.int): not in the dispatcher
+            v = False
+        _COMPOSITE[func] = v
+    return v
+
+
 _POINTWISE: dict = {}
 
 

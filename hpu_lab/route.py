@@ -81,6 +81,8 @@ def resolve(func):
         return _random_on_host
     if ops.is_composite_view(func):
         return special_ops.composite     # torch's own decomposition: a copy where it copies
+    if ops.is_composite(func):
+        return special_ops.composite     # whole under inference_mode: its parts, as a C++ backend's
     info = ops.inplace_info(func)
     if func is _UNSAFE_VIEW:
         return view_ops.view_op

@@ -51,6 +51,27 @@ def test_discarded_output_still_updates_running_stats(kind, mode):
     assert _equal(_stats(hpu), _stats(cpu))
 
 
+@pytest.mark.parametrize("autograd_off", [torch.no_grad, torch.inference_mode])
+def test_autograd_off_still_updates_running_stats(autograd_off, mode):
+    """With autograd off the forward still updates the statistics. Under ``inference_mode`` the
+    dispatcher skips the autograd key, where composites are decomposed, so ``batch_norm`` and
+    ``instance_norm`` reached hpu whole and their running-stat writes were left out of the graph."""
+    torch.manual_seed(2)
+    cpu_bn, x = torch.nn.BatchNorm2d(3), torch.randn(4, 3, 5, 5) + 1
+    hpu_bn = copy.deepcopy(cpu_bn).to("hpu")
+    stats = [torch.zeros(3), torch.ones(3)]
+    hpu_stats = [t.to("hpu") for t in stats]
+    with autograd_off():
+        cpu_bn(x)                                              # discarded
+        hpu_bn(x.to("hpu"))
+        torch.nn.functional.instance_norm(x, *stats, use_input_stats=True)
+        torch.nn.functional.instance_norm(x.to("hpu"), *hpu_stats, use_input_stats=True)
+    if mode != "eager":
+        htcore.mark_step()
+    assert _equal(_stats(hpu_bn), _stats(cpu_bn))
+    assert _equal([t.cpu() for t in hpu_stats], stats)
+
+
 def test_running_stats_read_before_the_output_is_needed(mode):
     """A read of running_mean/var while the forward's output is still pending sees the update."""
     torch.manual_seed(1)
