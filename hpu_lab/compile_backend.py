@@ -254,6 +254,9 @@ class CompiledGraph:
     # ---- run time
     def __call__(self, args):
         self.calls += 1
+        if self.calls > 1 and ev.wants(ev.CompiledCall):
+            t = ev.now()
+            ev.emit(ev.CompiledCall(t, t, "host", ev.recorder.step, key=self.recipe.short_key if self.recipe else ""))
         if self.replay:
             return self._replay(args)
         metas = self.out_metas

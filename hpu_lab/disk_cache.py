@@ -37,7 +37,6 @@ import os
 import queue
 import sys
 import threading
-import time
 import warnings
 
 import torch
@@ -360,13 +359,9 @@ def _start_writer():
 def _write_loop():
     while True:
         job, arg = _queue.get()
-        # the emulator's Python, not the user's: the host's wait for the interpreter lock
-        # meanwhile is not its blocked time (events.emulator_python_begin)
-        ev.emulator_python_begin(time.perf_counter_ns())
         try:
             job(arg)
         finally:
-            ev.emulator_python_end(time.perf_counter_ns())
             _queue.task_done()
 
 

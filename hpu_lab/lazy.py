@@ -14,6 +14,7 @@ import torch
 
 from . import config
 from . import events as ev
+from .events import user_time as _user_time
 from . import ops
 from . import readback
 from ._source import user_src
@@ -475,7 +476,6 @@ def _meta_failed(func, args, kwargs, e):
     return _meta_failure(func, args, kwargs, e)
 
 
-_recorder = ev.recorder
 _default_dtype = torch.get_default_dtype
 
 
@@ -483,8 +483,9 @@ def _op_src(func):
     if not S.source_lines:
         return ""
     src = user_src(4)
-    if _recorder.ops_wanted:                # stamped now, handed to observers in runs (events.py);
-        _recorder.op_accumulated(func, src)     # the op named only if its event is built
+    rec = ev.recorder
+    if rec.ops_wanted:                      # kept flat, handed to observers in runs (events/recorder.py);
+        rec.op_accumulated(func, src)       # the op named only if its event is built
     return src
 
 
@@ -874,6 +875,8 @@ def _materialize(st, reason: str, src: str):
 def to_cpu(t, reason: str, whole_storage: bool = False):
     """A host copy of t's values (a host sync); with ``whole_storage``, of its whole storage, laid
     out as the storage (host ops give the tensors that share it views of that one copy)."""
+    if _user_time.open_blocks and not _user_time.emulating:     # inside your own timed code
+        return _user_time.as_emulator(to_cpu, t, reason, whole_storage)
     base, t0, src = _synced(t, reason)
     st = t._st
     if whole_storage:
@@ -885,6 +888,8 @@ def read_item(t, reason: str):
     """The Python number held by one-element tensor ``t`` (``.item()``, ``float(t)``, ``bool(t)``):
     to_cpu's host sync and DeviceToHost of its one element, read straight from the device buffer
     (no host tensor made for a 4-byte copy: the Gaudi clock times the copy by its size anyway)."""
+    if _user_time.open_blocks and not _user_time.emulating:     # inside your own timed code
+        return _user_time.as_emulator(read_item, t, reason)
     base, t0, src = _synced(t, reason)
     if t._offset == 0 and base.dim() == 0:
         v = base.item()                      # a 0-d storage (a loss): the buffer is the value

@@ -31,9 +31,8 @@ class MetricNotFound(Exception):
 
 
 def _handed_over_first(method):
-    """A metric is a late observer (events.subscribe(late=True)): while a recording keeps op runs,
-    its events may wait in the run until the next hand-over. Reading or resetting it hands them
-    over first, so that it counts every event emitted before the read."""
+    """Reading or resetting a metric hands the ops the recorder keeps over first (events.flush), so
+    that it counts every event emitted before the read."""
     @functools.wraps(method)
     def read(self, *args, **kwargs):
         ev.flush()
@@ -236,7 +235,7 @@ def _make_all() -> Dict[str, Metric]:
 _GLOBAL = _make_all()
 for _m in _GLOBAL.values():
     if _m.kinds:
-        ev.subscribe(_m.on_event, _m.kinds, stamps=False, late=True)   # counters: no host clock, late (events.py)
+        ev.subscribe(_m.on_event, _m.kinds)
 
 
 def metric_global(name: str) -> Optional[Metric]:
@@ -259,7 +258,7 @@ def metric_localcontext(name: str):
     if name not in _GLOBAL:
         raise MetricNotFound(f"metric {name!r} not found; known metrics: {', '.join(_GLOBAL)}")
     local = _make_all()[name]
-    handle = ev.subscribe(local.on_event, local.kinds, stamps=False, late=True) if local.kinds else None
+    handle = ev.subscribe(local.on_event, local.kinds) if local.kinds else None
     try:
         yield local
     finally:
@@ -323,11 +322,11 @@ class _Saver:
             self.triggers = config.get("PT_HPU_METRICS_DUMP_TRIGGERS") if self.base else frozenset()
             self.format = config.get("PT_HPU_METRICS_FILE_FORMAT")
             if "mark_step" in self.triggers:
-                self._handles.append(ev.subscribe(self._on_mark_step, (ev.MarkStep,), stamps=False))
+                self._handles.append(ev.subscribe(self._on_mark_step, (ev.MarkStep,)))
             if "metric_change" in self.triggers:
                 self._last = {n: m.stats() for n, m in _GLOBAL.items()}
                 kinds = {k for m in _GLOBAL.values() for k in m.kinds}
-                self._handles.append(ev.subscribe(self._on_event, tuple(kinds), stamps=False))
+                self._handles.append(ev.subscribe(self._on_event, tuple(kinds)))
 
     # ---- triggers
     def _on_mark_step(self, e) -> None:

@@ -68,14 +68,7 @@ def host_to_device(size, stride, dtype, src_t, non_blocking: bool, op: str, src:
             t0 = ev.now()
             val = torch.empty_strided(size, stride, dtype=dtype)
             val.copy_(box.pop())
-            t1 = ev.now()
-            # the event's observers run here, on the stream's worker, holding the interpreter lock:
-            # the emulator's Python, not the user's wait (events.emulator_python_begin)
-            ev.emulator_python_begin(t1)
-            try:
-                _emit(t0, t1, s.lane, nbytes, True, True, 0, s.index, op, src, launch.id)
-            finally:
-                ev.emulator_python_end(ev.now())
+            _emit(t0, ev.now(), s.lane, nbytes, True, True, 0, s.index, op, src, launch.id)
             return (val,)
 
         launch = executor.Copy(dma, s.index)

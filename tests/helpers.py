@@ -16,15 +16,6 @@ def counts(name):
     return dict(metrics.metric_global(name).stats())
 
 
-def stamped(*events, step_ns=1_000):
-    """Host events stamped as the recorder stamps them, ``step_ns`` of host CPU apart, never blocked
-    (for timelines built by hand: ``perfmodel.retime(stamped(ev.Launch(...), ...))``)."""
-    for k, e in enumerate(events, 1):
-        object.__setattr__(e, "cpu_ns", k * step_ns)
-        object.__setattr__(e, "blocked_ns", 0)
-    return list(events)
-
-
 def recorded(step, n=12, warm=3):
     """The events of ``n`` steps after ``warm`` unrecorded ones (``perfmodel.record_steps``)."""
     return record_steps(step, n, warm)
@@ -37,27 +28,6 @@ def seed_setup(batch=200):
     opt = torch.optim.Adadelta(model.parameters(), lr=0.1)
     x, y = torch.randn(batch, 1, 28, 28), torch.randint(0, 10, (batch,))
     return model, opt, functools.partial(train_step, model, opt, x, y)
-
-
-def run_queue_ns() -> int:
-    """This thread's time spent waiting for a core so far (Linux schedstat; 0 elsewhere)."""
-    try:
-        with open("/proc/thread-self/schedstat") as f:
-            return int(f.read().split()[1])
-    except (OSError, IndexError, ValueError):
-        return 0
-
-
-def steal_ns() -> int:
-    """Time the hypervisor ran something else on this machine's virtual CPUs so far, summed over
-    them (Linux /proc/stat, in clock ticks: 10 ms grains; 0 elsewhere). A thread's CPU clock leaves
-    it out and its run-queue delay does not hold it, so a gap's stolen time looks like a wait."""
-    try:
-        with open("/proc/stat") as f:
-            fields = f.readline().split()
-        return int(fields[8]) * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return 0
 
 
 @contextlib.contextmanager
@@ -91,3 +61,19 @@ def cyclic_garbage():
         finally:
             gc.set_debug(0)
             gc.garbage.clear()
+
+
+def one_us_host():
+    """A host model where every host event costs 1 us (and code of yours its measured time): for
+    timelines built by hand, to test the device lanes with host events a known time apart."""
+    import dataclasses
+    from hpu_lab.perfmodel.host import HOST
+    return dataclasses.replace(HOST, **{f.name: 1_000 for f in dataclasses.fields(HOST) if f.name != "notes"})
+
+
+ONE_US = one_us_host()
+
+
+def hand_made(*events):
+    """Events built by hand for ``perfmodel.retime(..., host=ONE_US)``."""
+    return list(events)

@@ -79,9 +79,9 @@ def test_estimate_sees_the_placement():
         with torch.no_grad():
             return m(x)
     config.set(**{SWITCH: "true"})
-    placed = perfmodel.estimate(fwd, m, x)
+    placed = perfmodel.estimate(fwd, m, x).device_ns
     config.set(**{SWITCH: "false"})
-    per_op = perfmodel.estimate(fwd, m, x)
+    per_op = perfmodel.estimate(fwd, m, x).device_ns
     assert placed < per_op
 
 

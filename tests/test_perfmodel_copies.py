@@ -19,7 +19,7 @@ from hpu_lab import events as ev
 from hpu_lab import perfmodel as pm
 from hpu_lab.perfmodel import cost
 
-from helpers import no_cyclic_gc, stamped
+from helpers import ONE_US, hand_made, no_cyclic_gc
 
 HPU = torch.device("hpu")
 MB = 1 << 20
@@ -118,7 +118,7 @@ def _same_stream(copy_first: bool):
     stream 0 reading it; the copy's run (HostToDevice) listed before or after the reader's launch
     (the stream thread emits it when it runs, which a busy stream makes late)."""
     g = ev.GraphSummary()
-    host = stamped(ev.Launch(0, 0, "host", 0, launch_id=1, key="big", stream=0, graph=g),
+    host = hand_made(ev.Launch(0, 0, "host", 0, launch_id=1, key="big", stream=0, graph=g),
                    ev.CopyQueued(0, 0, "host", 0, launch_id=2, stream=0, nbytes=64 * MB),
                    ev.Launch(0, 0, "host", 0, launch_id=3, key="reader", stream=0, graph=g),
                    ev.HostSync(0, 0, "host", 0, launch_id=3))
@@ -128,7 +128,7 @@ def _same_stream(copy_first: bool):
 
 def test_a_late_copy_event_keeps_stream_order():
     for name, card in pm.DEVICES.items():
-        a, b = pm.retime(_same_stream(True), name), pm.retime(_same_stream(False), name)
+        a, b = pm.retime(_same_stream(True), name, host=ONE_US), pm.retime(_same_stream(False), name, host=ONE_US)
         assert a.spans == b.spans and a.wall_ns == b.wall_ns
         big, cp, rd = a.spans["hpu:0"]
         assert (big.kind, cp.kind, rd.kind) == ("execute", "copy H2D", "execute")

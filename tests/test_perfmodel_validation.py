@@ -92,8 +92,8 @@ def test_bert_variants_cost_what_their_structure_says():
         assert sum(p.numel() for n, p in m.named_parameters() if n.startswith("layers.")) == expect_layers
         assert m.word.weight.shape == (100, 16) and m.project.weight.shape == (64, 16)
         step, args = models.bert_step(make, 2, 32, dropout=False)
-        pm.estimate_report(step, *args)
-        cost[shared] = pm.estimate_report(step, *args).recipes
+        pm.estimate(step, *args)
+        cost[shared] = pm.estimate(step, *args).recipes
     fwd_bwd = {k: v[0][1].flops for k, v in cost.items()}
     assert fwd_bwd[True] == pytest.approx(fwd_bwd[False], rel=0.02)
     assert cost[True][1][1].hbm_bytes < cost[False][1][1].hbm_bytes / 2          # the optimizer step
@@ -107,8 +107,8 @@ def test_keep_mask_dropout_moves_bytes_and_is_the_identity_without_a_mask():
     cost = {}
     for dropout in (False, True):
         step, args = models.bert_step(make, 4, 64, dropout=dropout)
-        pm.estimate_report(step, *args)
-        cost[dropout] = pm.estimate_report(step, *args).total
+        pm.estimate(step, *args)
+        cost[dropout] = pm.estimate(step, *args).total
     assert cost[True].hbm_bytes > cost[False].hbm_bytes
     assert cost[True].ns > cost[False].ns
     x = torch.randn(3, 4)
@@ -128,7 +128,7 @@ def test_estimate_does_not_need_host_ram_for_what_it_only_traces():
     a = torch.empty(n, 64, dtype=torch.bfloat16, device="hpu")
     b = torch.empty(64, n, dtype=torch.bfloat16, device="hpu")
     before = memory.in_use()
-    est = pm.estimate(torch.mm, a, b, device="gaudi2")
+    est = pm.estimate(torch.mm, a, b, device="gaudi2").device_ns
     assert est > 2 * n * n * 64 / 432e12 * 1e9            # at least the MME time at peak
     assert memory.in_use() == before and not lazy.S.pg.nodes
     with pytest.raises(memory.HPUOutOfMemoryError, match="Host out of memory"):

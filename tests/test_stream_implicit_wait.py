@@ -7,7 +7,7 @@ import hpu_lab.core as htcore
 from hpu_lab import events as ev
 from hpu_lab import perfmodel as pm
 
-from helpers import stamped
+from helpers import ONE_US, hand_made
 
 HPU = torch.device("hpu")
 
@@ -48,17 +48,17 @@ def test_a_read_across_streams_is_recorded_on_the_launch():
 
 def _two_streams(waits_for):
     """A launch on stream 1, then, 1 us of host CPU later, a launch on stream 0 (each lasts a recipe's
-    launch latency: longer than 1 us on every card); stamped as the recorder stamps them."""
-    return stamped(ev.Launch(0, 0, "host", 0, launch_id=1, key="side", stream=1),
+    launch latency: longer than 1 us on every card); 1 us apart on the ONE_US host model."""
+    return hand_made(ev.Launch(0, 0, "host", 0, launch_id=1, key="side", stream=1),
                    ev.Launch(0, 0, "host", 0, launch_id=2, key="main", stream=0, waits_for=waits_for))
 
 
 def test_implicit_cross_stream_wait_is_on_the_gaudi_clock():
     for card in pm.DEVICES:
-        free = pm.retime(_two_streams(()), card)
+        free = pm.retime(_two_streams(()), card, host=ONE_US)
         (p,), (q,) = free.spans["hpu:1"], free.spans["hpu:0"]
         assert q.start_ns < p.end_ns                # independent: the lanes overlap
-        ordered = pm.retime(_two_streams((1,)), card)
+        ordered = pm.retime(_two_streams((1,)), card, host=ONE_US)
         (p2,), (q2,) = ordered.spans["hpu:1"], ordered.spans["hpu:0"]
         assert p2 == p and q2.start_ns == p.end_ns and q2.duration_ns == q.duration_ns
         assert ordered.wall_ns == q2.end_ns > free.wall_ns
@@ -104,12 +104,12 @@ def test_a_sync_on_a_recorded_event_waits_for_its_stream_only():
         assert sync.launch_id == rec.marker > 0          # the sync names the marker it waited for
     # on the model: the two recorded recipes, the marker and the sync, 1 us of host CPU apart (the
     # side stream's matmuls outlast that on every card)
-    events = stamped(ev.Launch(0, 0, "host", 0, launch_id=1, key="long", stream=1, graph=long_launch.graph),
+    events = hand_made(ev.Launch(0, 0, "host", 0, launch_id=1, key="long", stream=1, graph=long_launch.graph),
                      ev.Launch(0, 0, "host", 0, launch_id=2, key="short", stream=0, graph=short_launch.graph),
                      ev.StreamRecord(0, 0, "host", 0, marker=3, stream=0),
                      ev.HostSync(0, 1, "host", 0, reason="Event.synchronize()", launch_id=3))
     for card in pm.DEVICES:
-        r = pm.retime(events, card)
+        r = pm.retime(events, card, host=ONE_US)
         (long_,), (short,) = r.spans["hpu:1"], r.spans["hpu:0"]
         s = [e for e in r.events if isinstance(e, ev.HostSync)][-1]
         assert short.end_ns < long_.end_ns, card

@@ -31,7 +31,7 @@ COLORS = {
     "replay": "#a0cbe8",
     "execute": "#f28e2b",
     "idle": "#eeeeee",
-    "host wait": "#bab0ac",
+    "your code": "#bab0ac",     # UserCode: measured on this CPU
     "copy D2H": "#9c755f",
     "error": "#000000",
     "first compile": "#4e79a7",

@@ -138,7 +138,7 @@ def draw_compare(sections, sharex: bool = False, clock=None, device=None):
     for ax, (title, events) in zip(axes, pairs):
         timed, label, _ = on_clock(events, clock, device)
         draw_timeline(events, ax=ax, compact=True, title=title, clock=clock, device=device)   # names its clock
-        ax.set_xlabel("ms" if label.startswith("measured") else "modeled ms (host: CPU time)", fontsize=8)
+        ax.set_xlabel("ms" if label.startswith("measured") else "modeled ms (your code: measured)", fontsize=8)
         kinds |= {b.kind for b in timeline_rows(timed)}
         cut = capture_cut(timed)
         if cut is not None:
@@ -167,8 +167,8 @@ _ONCE_CSS = "<style>.hpu-t tr.once td{background:#f6f6f6;font-style:italic}</sty
 def compare_html(sections, clock=None, device=None, steps=None) -> str:
     rows = compare_rows(sections, clock, device, steps)
     label = on_clock([], clock, device)[1]
-    how = ("host ms/step: host time not waiting for the device, per step (CPU time of the host thread on this "
-           "machine, plus its waits outside hpu_lab); device ms/step: the modeled time of the recipes launched"
+    how = ("host ms/step: host time not waiting for the device, per step (the bridge's modeled host work, plus "
+           "your own code measured on this CPU); device ms/step: the modeled time of the recipes launched"
            if not label.startswith("measured") else
            "host ms/step: wall time the host was not waiting for the device, per step")
     once = ("; a row whose step is 'once' is one-time work (warm-up and capture) and shows its totals, "

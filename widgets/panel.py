@@ -5,9 +5,8 @@ and table comes from the pure views (graph_view, timeline, recompiles, metrics_v
 
 Live updates: while attached, each event is appended to the panel's ``EventLog`` (by ``list.append``
 itself, as a bare Collector does; op events a run at a time, kept as the run until the events are
-read: events.OpRun). It looks at the events of ``LIVE_KINDS`` (a few a step) late, when their op
-run is handed over (``_look``); once a redraw may be due it takes them at once, and at the next one
-on the main thread (``_on_event``) redraws the *visible* tab when (1) at least ``min_interval``
+read: events.OpRun). It looks at the events of ``LIVE_KINDS`` (a few a step, ``_look``); once a
+redraw may be due it watches them closely, and at the next one on the main thread (``_on_event``) redraws the *visible* tab when (1) at least ``min_interval``
 seconds passed since the last redraw and (2) the time spent redrawing, counting the redraw about to
 happen (estimated from the slowest redraw of that tab so far), stays within ``budget`` (BUDGET: 2%)
 of the time the section has run. So the overhead is bounded from the first redraw on: with a first
@@ -45,11 +44,8 @@ FINAL_STEPS = 60            # a finished section's timeline shows its latest ste
 LIVE_DPI = 60                # live redraws are rendered smaller; the final redraw at full dpi
 # the events on which a live panel looks whether a redraw is due: the user's thread making progress
 # (a step, a launch, a sync, a compile, a replay), a few a step; every event reaches the log itself.
-# The panel takes them late (events.subscribe(late=True): they go into the op run like the others,
-# and reach it when the run is handed over, on whichever thread), and only when a redraw is due does
-# it take them at once, until the next one on the main thread, where it redraws (attach, _look).
-# Taken at once, each would hand the op run over before it: ~1,400 bytecodes of a training step
-# (1.5%), where a redraw is due once in seconds.
+# Only when a redraw may be due does the panel watch them closely, until the next one on the main
+# thread, where it redraws (attach, _look).
 LIVE_KINDS = (ev.MarkStep, ev.Launch, ev.HostSync, ev.Compile, ev.Replay)
 
 
@@ -257,7 +253,7 @@ class SectionPanel:
         # read. Whether a redraw is due is looked at on a few kinds only (LIVE_KINDS, late).
         self._handle = ev.subscribe(self.log.add, runs=self.log.add)
         if live:
-            self._live_handle = ev.subscribe(self._look, LIVE_KINDS, stamps=False, late=True)
+            self._live_handle = ev.subscribe(self._look, LIVE_KINDS)
         return self
 
     def detach(self) -> None:
@@ -285,21 +281,16 @@ class SectionPanel:
         return True
 
     def _look(self, e: ev.Event) -> None:
-        """A LIVE_KINDS event handed over late (any thread, in the op run's hand-over): once a
-        redraw may be due, watch LIVE_KINDS at once (_on_event) until the main thread emits one.
-
-        One thread at a time: ``subscribe`` hands the run over first and may let another thread
-        run meanwhile, whose late turn then found ``_awake`` still unset and subscribed too. Only
-        the second handle was kept: the first was never removed, and took every LIVE_KINDS event
-        at once, each handing the op run over, in every section the kernel ran afterwards (timed:
-        a 600-step loop's main thread ~0.3 s more CPU, in 6 to 27 of 72 rounds of the benchmark)."""
+        """A LIVE_KINDS event (any thread): once a redraw may be due, watch LIVE_KINDS closely
+        (_on_event) until the main thread emits one. One thread at a time: a second handle
+        subscribed by another thread meanwhile would never be removed."""
         if time.perf_counter() < self._next_allowed or self._awake is not None or self._live_handle is None:
             return
         if not self._waking.acquire(blocking=False):    # another thread is subscribing it (or this
             return                                      # one, in the hand-over subscribe makes)
         try:
             if self._awake is None and self._live_handle is not None:
-                h = ev.subscribe(self._on_event, LIVE_KINDS, stamps=False)
+                h = ev.subscribe(self._on_event, LIVE_KINDS)
                 if self._live_handle is None:           # detached meanwhile: detach found no _awake
                     h.remove()
                 else:

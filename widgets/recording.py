@@ -83,26 +83,17 @@ class Section:
         return f"<Section {self.title!r}: {len(self.events)} events>"
 
 
-def _await_device(events: list) -> None:
+def _await_device(events: list, timeout: float = 2.0) -> None:
     """Launches of the block may still be running on the device when the block ends: wait
     (passively, without a sync) for their DeviceExecution events so the timeline is complete.
     Woken by the events themselves, not by polling. ``events``: the section's EventLog items (the
-    op runs in it are not built: only launches count). No time limit: the device reports every
-    launch it runs, failed or not, before the launch counts as done (runtime/executor.py), and a
-    section cut at a fixed wait (it was 2 s) lost the last executions whenever the device took
-    longer, on a loaded machine or a big recipe, so its counts and timeline depended on load."""
+    op runs in it are not built: only launches count)."""
     done = threading.Event()
 
     def complete() -> bool:
         launched, finished = set(), set()
         for e in list(events):
-            if type(e) is ev.OpRun:          # launches and executions may have gone into an op run (events.emit)
-                for x in e.host_events():
-                    if isinstance(x, ev.Launch):
-                        launched.add(x.launch_id)
-                    elif isinstance(x, ev.DeviceExecution):
-                        finished.add(x.launch_id)
-            elif isinstance(e, ev.Launch):
+            if isinstance(e, ev.Launch):
                 launched.add(e.launch_id)
             elif isinstance(e, ev.DeviceExecution):
                 finished.add(e.launch_id)
@@ -114,7 +105,7 @@ def _await_device(events: list) -> None:
 
     with ev.subscribe(on_execution, [ev.DeviceExecution]):
         if not complete():
-            done.wait()
+            done.wait(timeout)
 
 
 @contextlib.contextmanager

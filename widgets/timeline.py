@@ -53,7 +53,7 @@ _HOST_KIND = {
     ev.Collective: "collective",
     ev.Error: "error",
     ev.Replay: "replay",
-    ev.HostWait: "host wait",
+    ev.UserCode: "your code",
     ev.DeviceToHost: "copy D2H",
 }
 
@@ -82,6 +82,8 @@ def _label(e: ev.Event) -> str:
         return f"error {e.op}"
     if isinstance(e, (ev.HostToDevice, ev.DeviceToHost)):
         return f"copy {e.nbytes / 1e6:.2g} MB"
+    if isinstance(e, ev.UserCode):
+        return f"your code: {e.what} (measured on this CPU)"
     return e.kind
 
 
@@ -255,13 +257,13 @@ def _merge_close(bars: List[Bar], gap_ms: float) -> List[Bar]:
 
 
 _DRAW_ORDER = ["capture", "replay", "idle", "trace", "graph build", "cache lookup", "compile",
-               "launch", "copy H2D", "copy D2H", "host wait", "collective", "host sync", "execute", "error"]
+               "launch", "copy H2D", "copy D2H", "your code", "collective", "host sync", "execute", "error"]
 _LEGEND_NAME = {
     "trace": "tracing ops (Python)", "graph build": "graph build", "cache lookup": "recipe cache lookup",
     "compile": "compile", "launch": "launch", "host sync": "host waits (sync)", "copy H2D": "copy host\u2192device",
     "collective": "collective", "capture": "HPU Graph capture", "replay": "HPU Graph replay",
     "execute": "device executes a recipe", "idle": "device idle", "error": "error",
-    "host wait": "host waits (outside hpu_lab: data, sleep, I/O)", "copy D2H": "copy device\u2192host",
+    "your code": "your code (measured on this CPU: data loading, sleep, print)", "copy D2H": "copy device\u2192host",
 }
 
 
@@ -347,7 +349,7 @@ def draw_timeline(events: Sequence[ev.Event], step_range: Optional[Tuple[int, in
     # labels inside bars that are wide enough to hold them (in compact views, the capture and
     # wait spans only: a long unlabelled band would be a mystery)
     for b in rows:
-        if compact and b.kind not in ("capture", "host wait", "compile"):
+        if compact and b.kind not in ("capture", "your code", "compile"):
             continue
         if b.kind != "idle" and b.duration_ms > span * (0.08 if not compact else 0.12) and b.label:
             dy = 0.3 if b.level else 0.0
@@ -423,7 +425,7 @@ def draw_timeline(events: Sequence[ev.Event], step_range: Optional[Tuple[int, in
         title = f"Host and device timeline ({where}, {_fmt_ms(span)})"
     title = f"{title} \u2014 {clock_label}"
     ax.set_xlabel(("time since section start (ms)" if retimed is None else
-                   f"modeled time on {retimed.card.device_name} (ms; host = CPU time)"), fontsize=8 if compact else 10)
+                   f"modeled time on {retimed.card.device_name} (ms; your code measured)"), fontsize=8 if compact else 10)
     vcolor = {"host-bound": "#c0392b", "device-bound": "#1e7b34"}.get(v.bound, "#555555")
     if compact:
         ax.set_title(f"{title}\n{v.text}", fontsize=9, loc="left", color="black")

@@ -10,11 +10,6 @@ like on whatever machine runs it. One module a section, each runnable alone
 - graphs (graphs.py): the HPU Graphs payoff on seed 000's training step.
 - fused (fused.py): the hpex fused optimizers, clipping and attention.
 - panel (panel.py): a live panel's overhead on a 600-step seed-style loop in a Jupyter kernel.
-- reccost (reccost.py): what recording and a live panel add to that loop's step, counted in Python
-  bytecode instructions (the same on a busy or idle machine, where the panel timing is not).
-- instructions (instructions.py): the same, in machine instructions of the user's thread counted by
-  valgrind's callgrind (deterministic; several minutes, so only when named:
-  ``python -m hpu_lab.bench instructions``; needs valgrind).
 - disk_cache: cold vs warm start with the disk recipe cache (lives beside the feature).
 - gaudi_clock (perfmodel/validation.py): the Gaudi clock's modeled throughput vs published Gaudi
   figures (docs/gaudi_clock.md section 5) and the seed-000 what-if table; nothing runs on a device.
@@ -32,19 +27,17 @@ SECTIONS = {
     "graphs": ("hpu_lab.bench.graphs", "main"),
     "fused": ("hpu_lab.bench.fused", "main"),
     "panel": ("hpu_lab.bench.panel", "main"),
-    "reccost": ("hpu_lab.bench.reccost", "main"),
-    "instructions": ("hpu_lab.bench.instructions", "main"),
     "disk_cache": ("hpu_lab.disk_cache", "report"),
     "gaudi_clock": ("hpu_lab.perfmodel.validation", "main"),
 }
-ONLY_WHEN_NAMED = ("instructions",)     # minutes under valgrind: run when asked for
+ONLY_WHEN_NAMED: tuple = ()
 
 
 def main(argv=None) -> None:
     import hpu_lab  # noqa: F401  (registers the device)
     p = argparse.ArgumentParser(prog="python -m hpu_lab.bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("sections", nargs="*", default=[s for s in SECTIONS if s not in ONLY_WHEN_NAMED],
-                   help=f"any of {', '.join(SECTIONS)} (default: all but {', '.join(ONLY_WHEN_NAMED)})")
+                   help=f"any of {', '.join(SECTIONS)} (default: all)")
     args = p.parse_args(argv)
     print(f"hpu_lab benchmark — torch {torch.__version__}, {torch.get_num_threads()} threads")
     for name in args.sections:

@@ -7,7 +7,8 @@ recipes the emulator really built and launched (docs/gaudi_clock.md):
     hpu_lab.perfmodel.card()                        # the card HPU_LAB_DEVICE selects (default gaudi2)
     r = hpu_lab.perfmodel.retime(c.events, "gaudi3")   # recorded events re-timed on a card
     r.host_ns, r.device_busy_ns, r.wall_ns, r.verdict, r.spans, r.events
-    hpu_lab.perfmodel.estimate(train_step, model, x, y, device="gaudi3")   # ns, nothing runs
+    e = hpu_lab.perfmodel.estimate(train_step, model, x, y, device="gaudi3")   # nothing runs
+    e.host_ns, e.device_ns, e.wall_ns, e.verdict
 """
 from __future__ import annotations
 
@@ -16,11 +17,12 @@ from typing import Optional, Sequence, Union
 from .. import config
 from .cards import DEVICES, GAUDI, GAUDI2, GAUDI3, Card
 from .cost import EFFICIENCY, RecipeCost, collective_ns, copy_ns, recipe_cost
-from .estimate import Estimate, EstimateError
+from .estimate import Estimate, EstimateError, sync_point
+from .host import HOST, HostModel
 from .timeline import Retimed, Span
 
-__all__ = ["DEVICES", "Card", "card", "retime", "record_steps", "estimate", "estimate_report", "recipe_cost", "copy_ns",
-           "collective_ns", "EFFICIENCY", "Retimed", "Span", "Estimate", "EstimateError"]
+__all__ = ["DEVICES", "Card", "card", "retime", "record_steps", "estimate", "recipe_cost", "copy_ns",
+           "collective_ns", "EFFICIENCY", "Retimed", "Span", "Estimate", "EstimateError", "HOST", "HostModel", "sync_point"]
 
 
 def card(device: Union[str, Card, None] = None) -> Card:
@@ -34,12 +36,13 @@ def card(device: Union[str, Card, None] = None) -> Card:
         raise ValueError(f"unknown device {device!r}: expected one of {', '.join(DEVICES)}") from None
 
 
-def retime(events: Sequence, device: Union[str, Card, None] = None, fusion: bool = True) -> Retimed:
+def retime(events: Sequence, device: Union[str, Card, None] = None, fusion: bool = True,
+           host: Optional[HostModel] = None) -> Retimed:
     """The recorded ``events`` on the Gaudi clock of ``device`` (a pure function of the events:
     one recording can be re-timed for every card). ``fusion=False``: as if the graph compiler
-    fused nothing."""
+    fused nothing. ``host``: another host model (host.py) for a what-if."""
     from .timeline import retime as _retime
-    return _retime(events, card(device), fusion=fusion)
+    return _retime(events, card(device), fusion=fusion, host=host or HOST)
 
 
 def record_steps(step, steps: int, warm: int = 3) -> list:
@@ -58,13 +61,11 @@ def record_steps(step, steps: int, warm: int = 3) -> list:
     return c.events
 
 
-def estimate_report(fn, *args, device: Union[str, Card, None] = None, fusion: bool = True, **kwargs) -> Estimate:
-    """Trace ``fn(*args, **kwargs)`` in lazy mode and cost each recipe it would launch (see
-    estimate.py); nothing runs, nothing is launched, no pending node is left behind."""
+def estimate(fn, *args, device: Union[str, Card, None] = None, fusion: bool = True, **kwargs) -> Estimate:
+    """One step ``fn(*args, **kwargs)`` on the Gaudi clock, without running it: ``.host_ns``,
+    ``.device_ns``, ``.wall_ns`` (a loop's steady-state step), ``.verdict``, and ``.recipes`` (each
+    graph's summary and RecipeCost). Traced in lazy mode (see estimate.py): nothing runs, nothing
+    is launched, no pending node is left behind."""
     from .estimate import trace
     return trace(fn, args, kwargs, card(device), fusion=fusion)
 
-
-def estimate(fn, *args, device: Union[str, Card, None] = None, fusion: bool = True, **kwargs) -> int:
-    """Modeled device time (ns) of what ``fn(*args, **kwargs)`` would launch, without running it."""
-    return estimate_report(fn, *args, device=device, fusion=fusion, **kwargs).device_ns

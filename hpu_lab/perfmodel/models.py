@@ -227,13 +227,23 @@ def resnet50_step(batch: int):
     return step, (x, y)
 
 
-def bert_step(make, batch: int, seq: int, head: str = "squad", predictions: int = 20, dropout: bool = True):
+def bert_step(make, batch: int, seq: int, head: str = "squad", predictions: int = 20, dropout: bool = True,
+              trainer: bool = False):
     """(step, args): one FusedAdamW training step of a BERT ``make`` (bert_large / bert_base) on
     ``batch`` sequences of ``seq`` tokens, bf16 autocast, dropout costed by its stand-in unless
     ``dropout=False`` (the published pretraining runs use LAMB: the same traffic per parameter as
-    AdamW, plus a norm)."""
+    AdamW, plus a norm).
+
+    ``trainer=True``: the step as optimum-habana's GaudiTrainer runs it (v1.4.0, the SynapseAI 1.7
+    release of the [HB] runs; optimum/habana/transformers/trainer.py): forward and backward, then
+    ``torch.isnan(loss) or torch.isinf(loss)`` read on the host (``logging_nan_inf_filter``, True by
+    default: a host sync every step), the loss added to the running total, mark_step, gradients
+    clipped by FusedClipNorm (max_grad_norm 1.0; ``use_fused_clip_norm`` in the Gaudi config), the
+    FusedAdamW step, zero_grad, mark_step."""
     import hpu_lab.core as htcore
+    from hpu_lab.hpex.normalization import FusedClipNorm
     from hpu_lab.hpex.optimizers import FusedAdamW
+    from .estimate import sync_point
     model = on_hpu(lambda: make(head=head, predictions=predictions))
     if dropout:
         model.keep_masks(batch, seq)
@@ -246,7 +256,11 @@ def bert_step(make, batch: int, seq: int, head: str = "squad", predictions: int 
     else:
         target = torch.empty(batch, predictions, dtype=torch.long, device="hpu")
 
+    clip = FusedClipNorm(model.parameters(), 1.0) if trainer else None
+    total = torch.zeros(()).to("hpu") if trainer else None      # the Trainer's running loss
+
     def step(ids, pos, types, target):
+        nonlocal total
         with torch.autocast("hpu", dtype=torch.bfloat16):
             logits = model(ids, pos, types)
             if head == "squad":
@@ -255,7 +269,13 @@ def bert_step(make, batch: int, seq: int, head: str = "squad", predictions: int 
             else:
                 loss = F.cross_entropy(logits.float().flatten(0, 1), target.flatten())
         loss.backward()
+        if trainer:
+            torch.isnan(loss), torch.isinf(loss)
+            sync_point("logging_nan_inf_filter: torch.isnan(loss) or torch.isinf(loss)")
+            total = total + loss.detach()
         htcore.mark_step()
+        if trainer:
+            clip.clip_norm(model.parameters())
         opt.step()
         opt.zero_grad(set_to_none=True)
         htcore.mark_step()

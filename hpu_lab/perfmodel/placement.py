@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Dict
 
 from ..compiler import layouts
-from . import estimate_report
+from . import estimate
 
 
 def compare(fn, *args, device=None, **kwargs) -> Dict[str, dict]:
@@ -21,7 +21,7 @@ def compare(fn, *args, device=None, **kwargs) -> Dict[str, dict]:
     out = {}
     for name, on in (("placed", True), ("per convolution", False)):
         with layouts.placement(on):
-            r = estimate_report(fn, *args, device=device, **kwargs)
+            r = estimate(fn, *args, device=device, **kwargs)
         perm = [n for g, _ in r.recipes for n in g.nodes if n.op == "aten::permute"]
         out[name] = {"permutes": len(perm), "transposes": sum(1 for n in perm if n.tensor_class != "alias"),
                      "device us": round(r.device_ns / 1e3, 3), "graphs": [g for g, _ in r.recipes]}

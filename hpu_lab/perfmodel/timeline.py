@@ -1,22 +1,22 @@
 """The Gaudi clock's timeline: recorded events re-timed on a card, a pure function of the events.
 
-Host lane. The host's clock advances by the host thread's CPU time between events (the
-``cpu_ns`` stamps, which leave out observers such as panels and collectors), so a loaded machine
-does not stretch it, plus the time the thread was blocked *outside* hpu_lab (``blocked_ns``:
-a DataLoader waiting for workers, a sleep, I/O), drawn as "host waits (outside hpu_lab)". The
-emulator's own op tracing, graph building and compiling stay on the host lane at their measured
-CPU time: they stand for the bridge's host work (op accumulation, graph passes, compilation),
-which is what lazy mode costs on a real Gaudi host too (seed 000). Three kinds of host spans are
-replaced by the model: a host sync lasts until the modeled completion of what it waits for; an
-H2D copy the host did (``stream == -1``) lasts its modeled transfer (pageable: the staging memcpy
-of ``staging_bytes`` + DMA; pinned: DMA); a collective lasts its ring-model time.
+Host lane. Each host event takes the modeled cost of what the bridge does for it on a Gaudi
+server's host (host.py: an op traced, a graph built and hashed, a cache lookup, a launch, a sync,
+a replay, a compile...), and a ``UserCode`` event (your DataLoader fetch, sleep, print) the time it
+took on this CPU. The emulator's own time never enters it. An event that contains others
+(MarkStep, Replay, CPUFallback, a capture, UserCode) starts where the host was when it began and
+ends after the events inside it plus its own cost. A host sync lasts until the modeled completion
+of what it waits for; an H2D copy the host did (``stream == -1``) lasts its modeled transfer
+(pageable: the staging memcpy of ``staging_bytes`` + DMA; pinned: DMA); a D2H copy its transfer;
+a collective its ring-model time.
 
 Device lanes. A pinned non_blocking copy queued on a stream is a DMA span on that stream's lane,
 not host time: it starts at its queue point (``CopyQueued``, on the host's clock) or when the lane is
 free, and later work on the stream starts after it. Its run (``HostToDevice``, ``stream >= 0``)
 comes from the stream thread, maybe after later host events; it takes the span placed at the queue
-point (its ``launch_id``), so the order of arrival changes nothing. Each launch becomes a device span that starts at max(modeled launch time, the
-lane's free time) and lasts the recipe's modeled cost (cost.recipe_cost of its graph).
+point (its ``launch_id``), so the order of arrival changes nothing. Each launch becomes a device span
+that starts at max(modeled launch time, the lane's free time) and lasts the recipe's modeled cost
+(cost.recipe_cost of its graph).
 
 Cross-stream order. ``StreamRecord`` (an hpu Event recorded on a stream) completes at the modeled
 end of the work queued on that stream before it; after a ``StreamWait`` on it (``wait_event``,
@@ -24,8 +24,6 @@ end of the work queued on that stream before it; after a ``StreamWait`` on it (`
 outputs of launches or queued copies on other streams (``Launch.waits_for``: the runtime's implicit
 wait) starts no earlier than their modeled end; a host sync on a queued copy (``.item()`` of its
 buffer) waits for the copy's modeled end.
-
-Events recorded without stamps (``cpu_ns == -1``) fall back to wall-time gaps.
 """
 from __future__ import annotations
 
@@ -36,11 +34,12 @@ from typing import Dict, List, Optional, Sequence
 from .. import events as ev
 from . import cost
 from .cards import Card
+from .host import HOST, HostModel
 
 HOST_BOUND_IDLE = 0.5      # same threshold as the measured verdict: device idle >= 50% -> host-bound
 
 # enclosing host spans: their start is where the host was when they began (they contain other events)
-_ENCLOSING = (ev.MarkStep, ev.Replay, ev.CaptureBegin, ev.CaptureEnd)
+_ENCLOSING = (ev.MarkStep, ev.Replay, ev.CaptureBegin, ev.CaptureEnd, ev.CPUFallback, ev.UserCode)
 
 
 @dataclass(frozen=True)
@@ -61,14 +60,15 @@ class Span:
 class Retimed:
     """The events on the Gaudi clock of ``card``; times in ns from the first event (0)."""
     card: Card
-    events: List[ev.Event]                       # copies of the input events, re-timed (+ HostWait, and
-                                                 # DeviceExecution for launches the list did not see run)
+    events: List[ev.Event]                       # copies of the input events, re-timed (+ DeviceExecution
+                                                 # for launches the list did not see run)
     spans: Dict[str, List[Span]]                 # lane -> spans in time order
     host_ns: int = 0                             # host lane time not spent waiting for the device
+                                                 # (modeled, plus your code measured: user_ns)
     device_busy_ns: int = 0                      # union of device spans
     wall_ns: int = 0                             # first event to the end of the last host or device span
     sync_wait_ns: int = 0                        # host time waiting for the device (syncs)
-    blocked_ns: int = 0                          # host time blocked outside hpu_lab
+    user_ns: int = 0                             # your code (UserCode), measured on this CPU
     compile_ns: int = 0
     launches: int = 0
     per_step: Dict[int, dict] = field(default_factory=dict)
@@ -115,7 +115,7 @@ def _moved(e, start: int, end: int, lane: Optional[str] = None):
     return n
 
 
-_new, _untrack = object.__new__, ev._untrack
+_new, _untrack = object.__new__, ev.untrack
 
 
 def union_ns(intervals) -> int:
@@ -158,14 +158,13 @@ class Retimer:
     its launch's modeled span (it may be listed before its launch: the device thread emits it; it
     waits until the launch is fed)."""
 
-    def __init__(self, card: Card, fusion: bool = True):
-        self.card, self.fusion = card, fusion
+    def __init__(self, card: Card, fusion: bool = True, host: HostModel = HOST):
+        self.card, self.fusion, self.host = card, fusion, host
         self.costs = _CostCache(card, fusion)
         self.n = 0                                # events fed
         self.last = None                          # the last event fed (to check a list only grew)
         self.t0: Optional[int] = None
         self.out: List[ev.Event] = []             # re-timed copies, in input order
-        self.extra: List[ev.Event] = []           # HostWait events made by the model
         self.spans: Dict[str, List[Span]] = {"host": []}
         self.launch_end: Dict[int, int] = {}      # launch_id -> modeled end
         self.launch_span: Dict[int, tuple] = {}   # launch_id -> (lane, start, end)
@@ -180,9 +179,7 @@ class Retimer:
         self.wall_marks: List[int] = []           # wall t_end of each host event (enclosing spans)
         self.host_marks: List[int] = []           # modeled time at that event
         self.H = 0
-        self.prev_cpu = self.prev_blocked = None
-        self.prev_wall = None
-        self.sync_wait = self.blocked_total = self.compile_total = 0
+        self.sync_wait = self.user_total = self.compile_total = 0
         self.n_launch = 0
         self.per_step: Dict[int, dict] = {}
 
@@ -217,13 +214,13 @@ class Retimer:
             # the clock's zero: the first event (events carry perf_counter times; a device event
             # listed first may have started a little earlier: it is re-timed anyway)
             self.t0 = min(e.t_start for e in events[:64])
-            self.prev_wall = self.t0
         card, costs, out, spans = self.card, self.costs, self.out, self.spans
         host_spans = spans["host"]
         launch_end, launch_span, free = self.launch_end, self.launch_span, self.free
         wall_marks, host_marks, per_step = self.wall_marks, self.host_marks, self.per_step
-        H, prev_cpu, prev_blocked, prev_wall = self.H, self.prev_cpu, self.prev_blocked, self.prev_wall
+        H = self.H
         OpAcc, HostToDevice = ev.OpAccumulated, ev.HostToDevice
+        host_cost, op_ns = self.host.cost, self.host.op_ns
         for e in events:
             lane = e.lane
             if lane != "host":
@@ -251,38 +248,19 @@ class Retimer:
                 else:
                     out.append(_moved(e, 0, 0))
                 continue
-            c, b = e.cpu_ns, e.blocked_ns
-            if type(e) is OpAcc and c >= 0 and prev_cpu is not None and prev_cpu >= 0 and b == prev_blocked:
-                # fast path for the most common event (an instant, no wait before it)
-                end = H + max(c - prev_cpu, 0)
+            if type(e) is OpAcc:                 # the most common event: an instant after its cost
+                end = H + op_ns
                 out.append(_moved(e, end, end))
                 st = per_step.get(e.step)
                 if st is None:
                     st = per_step[e.step] = {"host_ns": 0, "device_ns": 0, "sync_wait_ns": 0}
-                st["host_ns"] += end - H
+                st["host_ns"] += op_ns
                 H = end
                 wall_marks.append(e.t_end)
                 host_marks.append(end)
-                prev_cpu, prev_wall = c, e.t_end
                 continue
-            wall_dur = e.t_end - e.t_start
-            if c >= 0 and prev_cpu is not None and prev_cpu >= 0:
-                d_cpu = max(c - prev_cpu, 0)
-                cpu_span = min(wall_dur, d_cpu)
-                gap = d_cpu - cpu_span
-                blk = max(b - prev_blocked, 0) if b >= 0 and prev_blocked is not None and prev_blocked >= 0 else 0
-            else:                                  # no stamps: wall clock
-                cpu_span = wall_dur
-                gap = max(e.t_start - prev_wall, 0)
-                blk = 0
-            if blk:
-                ws = H + gap
-                w = ev.HostWait(ws, ws + blk, "host", e.step, reason="blocked outside hpu_lab")
-                _untrack(w)
-                self.extra.append(w)
-                host_spans.append(Span("host", "host wait", ws, ws + blk, e.step, "blocked outside hpu_lab"))
-                self.blocked_total += blk
-            start = H + gap + blk
+            own = host_cost(e)
+            start = H
             kind = type(e)
             wait = 0
             if kind is ev.HostSync:
@@ -291,12 +269,12 @@ class Retimer:
                     need = launch_end.get(e.launch_id)
                     if need is None:
                         need = self.markers.get(e.launch_id, 0)
-                elif wall_dur > 0:
+                elif e.t_end > e.t_start:
                     need = max(free.values(), default=0)
                 else:
                     need = 0
-                end = max(start + cpu_span, need)
-                wait = end - (start + cpu_span)
+                end = max(start + own, need)
+                wait = end - (start + own)
                 self.sync_wait += wait
             elif kind is HostToDevice:
                 # the host did this copy and waited (stream -1; non_blocking from pageable memory
@@ -305,11 +283,11 @@ class Retimer:
             elif kind is ev.DeviceToHost:
                 end = start + cost.copy_ns(e.nbytes, card, pinned=e.pinned)
             elif kind is ev.Collective:
-                end = start + cost.collective_ns(e.op, e.nbytes, e.world_size, card)
+                end = start + own + cost.collective_ns(e.op, e.nbytes, e.world_size, card)
             elif kind is ev.CopyQueued:
                 # a queued copy: the host goes on; its DMA starts at the queue point, or when its
                 # stream is free (stream order), and what reads it waits for its end (its launch id)
-                end = start + cpu_span
+                end = start + own
                 dlane = f"hpu:{e.stream}"
                 s, f = self._device_span(dlane, "copy H2D", end, cost.copy_ns(e.nbytes, card, pinned=True),
                                          e.step, f"copy {e.nbytes / 1e6:.2g} MB")
@@ -318,21 +296,23 @@ class Retimer:
             elif kind is ev.StreamRecord:
                 # the marker completes when the work queued on its stream so far has (and not
                 # before the host queued it)
-                end = start + cpu_span
+                end = start + own
                 self.markers[e.marker] = max(free.get(f"hpu:{e.stream}", 0), end)
             elif kind is ev.StreamWait:
                 # later work on the waiting stream starts after the marker: the lane is busy until then
-                end = start + cpu_span
+                end = start + own
                 dlane = f"hpu:{e.stream}"
                 free[dlane] = max(free.get(dlane, 0), self.markers.get(e.marker, 0))
             elif isinstance(e, _ENCLOSING):
                 i = bisect.bisect_right(wall_marks, e.t_start) - 1
                 start = host_marks[i] if i >= 0 else 0     # began before the recording's first event
-                end = H + gap + blk + cpu_span
+                end = H + own
+                if kind is ev.UserCode:
+                    self.user_total += own
             else:
-                end = start + cpu_span
+                end = start + own
                 if kind is ev.Compile:
-                    self.compile_total += end - start
+                    self.compile_total += own
             if kind is ev.Launch:
                 self.n_launch += 1
                 dlane = f"hpu:{e.stream}"
@@ -360,9 +340,9 @@ class Retimer:
             H = max(H, end)
             wall_marks.append(e.t_end)
             host_marks.append(end)
-            prev_cpu, prev_blocked, prev_wall = c, b, e.t_end
-            host_spans.append(Span("host", kind.__name__, start, end, e.step, ""))
-        self.H, self.prev_cpu, self.prev_blocked, self.prev_wall = H, prev_cpu, prev_blocked, prev_wall
+            host_spans.append(Span("host", kind.__name__, start, end, e.step,
+                                   e.what if kind is ev.UserCode else ""))
+        self.H = H
         self.n += len(events)
         self.last = events[-1]
         return self
@@ -376,7 +356,7 @@ class Retimer:
         card = self.card
         if not self.n:
             return Retimed(card, [], {"host": []})
-        extra = list(self.extra)                  # (HostWait events: untracked when made)
+        extra = []
         for lid, e in self.launches.items():      # launches the list did not see run
             if lid not in self.executed:
                 lane, s, f = self.launch_span[lid]
@@ -392,12 +372,12 @@ class Retimer:
         busy = union_ns(dev)
         end_all = max([self.H] + [f for _, f in dev])
         r = Retimed(card, self.out + extra, spans, host_ns=self.H - self.sync_wait, device_busy_ns=busy,
-                    wall_ns=end_all, sync_wait_ns=self.sync_wait, blocked_ns=self.blocked_total,
+                    wall_ns=end_all, sync_wait_ns=self.sync_wait, user_ns=self.user_total,
                     compile_ns=self.compile_total, launches=self.n_launch)
         # step -> host_ns (without sync waits), device_ns (its launches), sync_wait_ns
         r.per_step = {k: dict(v) for k, v in self.per_step.items()}
         return r
 
 
-def retime(events: Sequence[ev.Event], card: Card, fusion: bool = True) -> Retimed:
-    return Retimer(card, fusion).feed(list(events)).result()
+def retime(events: Sequence[ev.Event], card: Card, fusion: bool = True, host: HostModel = HOST) -> Retimed:
+    return Retimer(card, fusion, host).feed(list(events)).result()

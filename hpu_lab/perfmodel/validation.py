@@ -122,10 +122,10 @@ WORKLOADS: List[Workload] = [
 
 def _summaries(w: Workload):
     """The recipes of one steady-state step of ``w`` (traced, not run)."""
-    from . import estimate_report
+    from . import estimate
     step, args = w.build()
-    estimate_report(step, *args, device=w.card)          # step 1 creates the optimizer state
-    return [s for s, _ in estimate_report(step, *args, device=w.card).recipes]
+    estimate(step, *args, device=w.card)          # step 1 creates the optimizer state
+    return [s for s, _ in estimate(step, *args, device=w.card).recipes]
 
 
 def _throughput(w: Workload, summaries, eff: Optional[Dict[str, float]] = None) -> float:

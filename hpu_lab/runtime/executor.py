@@ -11,7 +11,6 @@ import atexit
 import itertools
 import queue
 import threading
-import time
 
 import torch
 
@@ -51,7 +50,7 @@ class Launch:
     def wait(self, reason: str = "synchronize", src: str = "") -> None:
         """Host sync: block until this launch has finished; raise its device error, if any."""
         t0 = ev.now()
-        ev.recorder.wait_for_device(self.done)
+        self.done.wait()
         if ev.wants(ev.HostSync):
             ev.emit(ev.HostSync(t0, ev.now(), "host", ev.recorder.step, reason=reason, src=src,
                                 launch_id=self.id if self.recipe is not None or type(self) is not Launch else 0))
@@ -283,19 +282,10 @@ class Stream:
         # run recipes' TorchScript exactly as traced: no fusion passes that would reorder float math
         # (the device must give CPU's numbers); the flag is per thread
         torch._C._set_graph_executor_optimize(False)
-        # The Python this thread runs holds the interpreter lock the user's thread may want: each
-        # stretch is reported (events.emulator_python_begin/_end), so that the host's wait for it is not
-        # counted as its blocked time. A recipe's run is left out: TorchScript releases the lock
-        # while it runs, and so does each aten kernel the fx code calls (torch's operator bindings
-        # drop it: a 30 ms fx recipe reported whole hid a user's 30 ms sleep beside it), leaving only
-        # the fx code's few microseconds of Python between kernels unreported; a host function (a
-        # copy, a stream wait) is left out too (it waits or copies without the lock).
-        perf = time.perf_counter_ns
         threads = torch.get_num_threads()
         flush = None                         # this thread's denormal mode is set by the first launch
         while True:
             launch = self._q.get()
-            ev.emulator_python_begin(perf())
             if launch.threads != threads:    # the launching thread's count (see Launch)
                 threads = launch.threads
                 torch.set_num_threads(threads)
@@ -306,7 +296,6 @@ class Stream:
                 torch._C.set_flush_denormal(flush)
             if launch.recipe is None:        # a host function in stream order
                 fn = launch.inputs
-                ev.emulator_python_end(perf())
                 try:
                     launch.outputs = fn()
                 except BaseException as e:   # noqa: BLE001 - reported at the next sync
@@ -315,20 +304,14 @@ class Stream:
                 # was a cycle holding the buffer the copy made until a cyclic collection, which then
                 # freed (munmapped) every such buffer at once, wherever the user's thread was
                 launch.inputs = fn = None
-                ev.emulator_python_begin(perf())
                 launch.done.set()
-                ev.emulator_python_end(perf())
                 continue
             t0 = ev.now()
             ok = True
             args = None
             try:
                 args = _args(launch)
-                ev.emulator_python_end(perf())
-                try:
-                    out = launch.recipe.run(args)
-                finally:
-                    ev.emulator_python_begin(perf())
+                out = launch.recipe.run(args)
                 launch.outputs = check_outputs(launch.recipe, out, launch.srcs)
             except _FailedInput as e:       # an input is spoiled: its error, not a new one
                 ok = False
@@ -352,7 +335,6 @@ class Stream:
                                                         r.short_key, r.node_count, ok))
             finally:
                 launch.done.set()
-                ev.emulator_python_end(perf())
 
 
 _streams: dict = {}
@@ -385,7 +367,7 @@ def wait_all_quietly() -> None:
     for s in list(_streams.values()):
         last = s.last()
         if last is not None:
-            ev.recorder.wait_for_device(last.done)
+            last.done.wait()
 
 
 def raise_pending_error() -> None:
