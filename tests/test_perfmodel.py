@@ -576,3 +576,20 @@ def test_a_live_panel_leaves_the_modeled_figures_as_they_were():
     assert [s.duration_ns for s in bare.spans["hpu:0"]] == [s.duration_ns for s in watched.spans["hpu:0"]]
     assert bare.launches == watched.launches and bare.verdict == watched.verdict == "host-bound"
     assert watched.host_ns == bare.host_ns      # the panel's redraws are not on the modeled host lane
+
+
+def test_a_verdict_that_rests_on_the_fp32_matrix_rate_says_it_is_assumed():
+    """No source publishes Gaudi's FP32 matrix rate (cards.py: a quarter of BF16, assumed): a
+    verdict whose device time is mostly FP32 matrix work says so; a BF16 one does not."""
+    for dtype, assumed in ((torch.float32, True), (torch.bfloat16, False)):
+        a = torch.empty(2048, 2048, dtype=dtype, device=HPU)
+        kept = []
+        with ev.Collector() as c:
+            for _ in range(2):
+                kept.append((a @ a).sum())          # (held: an unread result is dead code)
+                htcore.mark_step()
+            torch.hpu.synchronize()
+        r = pm.retime(c.events, "gaudi2")
+        assert r.fp32_assumed is assumed and ("FP32 matrix rate assumed" in r.verdict_text) is assumed
+        e = pm.estimate(lambda: a @ a, device="gaudi2")
+        assert e.fp32_assumed is assumed and ("FP32 matrix rate assumed" in repr(e)) is assumed

@@ -68,7 +68,8 @@ def on_clock(events: Sequence[ev.Event], clock: Optional[str] = None, device=Non
     card = perfmodel.card(device if device is not None else CLOCK["device"])
     events = events if isinstance(events, list) else list(events)
     r = _retimed(events, card)
-    return r.events, f"Gaudi clock: {r.card.device_name} (modeled)", r
+    note = "; FP32 matrix rate assumed" if r.fp32_assumed else ""
+    return r.events, f"Gaudi clock: {r.card.device_name} (modeled{note})", r
 
 
 # Re-timings kept for lists that grow: one panel refresh asks for the same list in several tabs, and

@@ -193,12 +193,14 @@ class Verdict:
 
     @property
     def text(self) -> str:
+        # the verdict rests on the FP32 matrix rate, which no source publishes (perfmodel/cards.py)
+        note = " (FP32 matrix rate assumed)" if "FP32 matrix rate assumed" in self.clock else ""
         if self.bound == "host-bound":
             return (f"host-bound: device idle {self.idle_fraction:.0%} of the window "
-                    f"(busy {_fmt_ms(self.device_busy_ms)} of {_fmt_ms(self.window_ms)})")
+                    f"(busy {_fmt_ms(self.device_busy_ms)} of {_fmt_ms(self.window_ms)}){note}")
         if self.bound == "device-bound":
             return (f"device-bound: device busy {self.busy_fraction:.0%} of the window "
-                    f"({_fmt_ms(self.device_busy_ms)} of {_fmt_ms(self.window_ms)})")
+                    f"({_fmt_ms(self.device_busy_ms)} of {_fmt_ms(self.window_ms)}){note}")
         return "no device work in this window"
 
     def __str__(self) -> str:

@@ -105,11 +105,18 @@ class RecipeCost:
     flops: int
     hbm_bytes: int
     nic_ns: int = 0         # its collectives (lazy collectives: graph nodes), part of ns
+    fp32_mme_ns: int = 0    # MME kernels timed at the FP32 matrix rate, which no source publishes (assumed)
 
     def __add__(self, o: "RecipeCost") -> "RecipeCost":
         return RecipeCost(self.ns + o.ns, self.mme_ns + o.mme_ns, self.tpc_ns + o.tpc_ns,
                           self.kernels + o.kernels, self.flops + o.flops, self.hbm_bytes + o.hbm_bytes,
-                          self.nic_ns + o.nic_ns)
+                          self.nic_ns + o.nic_ns, self.fp32_mme_ns + o.fp32_mme_ns)
+
+    @property
+    def fp32_assumed(self) -> bool:
+        """Whether the FP32 matrix rate (assumed: a quarter of BF16) decides a tenth or more of the
+        recipe's time: then a verdict on it says so."""
+        return self.fp32_mme_ns >= 0.1 * self.ns
 
 
 ZERO = RecipeCost(0, 0, 0, 0, 0, 0)
@@ -127,6 +134,7 @@ class Kernel:
     ns: int
     flops: int
     hbm_bytes: int
+    fp32_rate: bool = False     # an MME kernel whose time is its FLOPs at the (assumed) FP32 rate
 
 
 def _is_view(n) -> bool:
@@ -331,8 +339,11 @@ def kernels(summary, card: Card, fusion: bool = True, eff: Optional[Dict[str, fl
         if n.engine == "MME":
             fl = mme_flops(n.op, n.shape, n.in_shapes)
             by = _mme_bytes(n, by_index, consumers, out_nodes, *fusions[n.index])
-            t = max(fl / (card.mme_rate(_mme_dtype(n, by_index)) * e["mme"]), by / bw)
-            out.append(Kernel(n.op, "MME", int(t * 1e9) + card.kernel_ns, fl, by))
+            dt = _mme_dtype(n, by_index)
+            compute = fl / (card.mme_rate(dt) * e["mme"])
+            t = max(compute, by / bw)
+            fp32 = card.mme_rate(dt) == card.mme_flops["float32"] and compute >= by / bw
+            out.append(Kernel(n.op, "MME", int(t * 1e9) + card.kernel_ns, fl, by, fp32))
         elif fusion and n.cluster >= 0:
             clusters.setdefault(n.cluster, []).append(n)
         else:
@@ -368,7 +379,8 @@ def recipe_cost(summary, card: Card, fusion: bool = True, eff: Optional[Dict[str
     # overlapped: what follows it in the graph reads its result (assumed: the worst case)
     overlap = dict(EFFICIENCY, **(eff or {}))["overlap"]
     ns = card.recipe_launch_ns + max(mme, tpc) + int((1 - overlap) * min(mme, tpc)) + nic
-    return RecipeCost(ns, mme, tpc, len(ks), sum(k.flops for k in ks), sum(k.hbm_bytes for k in ks), nic)
+    fp32 = sum(k.ns for k in ks if k.fp32_rate)
+    return RecipeCost(ns, mme, tpc, len(ks), sum(k.flops for k in ks), sum(k.hbm_bytes for k in ks), nic, fp32)
 
 
 def copy_ns(nbytes: int, card: Card, pinned: bool = False, eff: Optional[Dict[str, float]] = None) -> int:

@@ -60,9 +60,15 @@ class Estimate:
         from .timeline import HOST_BOUND_IDLE
         return "host-bound" if self.device_idle_fraction >= HOST_BOUND_IDLE else "device-bound"
 
+    @property
+    def fp32_assumed(self) -> bool:
+        """Whether the FP32 matrix rate (assumed: 1/4 of BF16) decides a tenth or more of the step's device time."""
+        return self.total.fp32_assumed
+
     def __repr__(self) -> str:
+        note = ", FP32 matrix rate assumed" if self.fp32_assumed else ""
         return (f"Estimate({self.card.device_name}: host {self.host_ns / 1e6:.3g} ms, device "
-                f"{self.device_ns / 1e6:.3g} ms, wall {self.wall_ns / 1e6:.3g} ms a step, {self.verdict})")
+                f"{self.device_ns / 1e6:.3g} ms, wall {self.wall_ns / 1e6:.3g} ms a step, {self.verdict}{note})")
 
 
 _sync_points = None     # the list a trace appends its sync points to (None: not tracing)

@@ -72,6 +72,7 @@ class Retimed:
     compile_ns: int = 0
     launches: int = 0
     per_step: Dict[int, dict] = field(default_factory=dict)
+    fp32_mme_ns: int = 0                         # device time at the FP32 matrix rate (assumed, cards.py)
 
     @property
     def device_idle_fraction(self) -> float:
@@ -82,12 +83,20 @@ class Retimed:
         return "host-bound" if self.device_idle_fraction >= HOST_BOUND_IDLE else "device-bound"
 
     @property
+    def fp32_assumed(self) -> bool:
+        """Whether a tenth or more of the device's time is FP32 matrix work, timed at a rate no
+        source publishes (assumed: a quarter of BF16): the verdict then says so."""
+        return self.fp32_mme_ns >= 0.1 * self.device_busy_ns > 0
+
+    @property
     def verdict_text(self) -> str:
+        note = (" [FP32 matrix rate assumed: 1/4 of BF16; "
+                f"{self.fp32_mme_ns / self.device_busy_ns:.0%} of the device time]") if self.fp32_assumed else ""
         if self.verdict == "host-bound":
             return (f"host-bound on {self.card.device_name}: device idle {self.device_idle_fraction:.0%} "
-                    f"(busy {_ms(self.device_busy_ns)} of {_ms(self.wall_ns)})")
+                    f"(busy {_ms(self.device_busy_ns)} of {_ms(self.wall_ns)}){note}")
         return (f"device-bound on {self.card.device_name}: device busy {1 - self.device_idle_fraction:.0%} "
-                f"({_ms(self.device_busy_ns)} of {_ms(self.wall_ns)})")
+                f"({_ms(self.device_busy_ns)} of {_ms(self.wall_ns)}){note}")
 
     def __repr__(self) -> str:
         return (f"Retimed({self.card.device_name}: host {_ms(self.host_ns)}, device busy "
@@ -179,7 +188,7 @@ class Retimer:
         self.wall_marks: List[int] = []           # wall t_end of each host event (enclosing spans)
         self.host_marks: List[int] = []           # modeled time at that event
         self.H = 0
-        self.sync_wait = self.user_total = self.compile_total = 0
+        self.sync_wait = self.user_total = self.compile_total = self.fp32_total = 0
         self.n_launch = 0
         self.per_step: Dict[int, dict] = {}
 
@@ -327,6 +336,8 @@ class Retimer:
                 self.launches[e.launch_id] = e
                 if rc is not None and rc.nic_ns:
                     self.nic_at[e.launch_id] = f - rc.nic_ns
+                if rc is not None:
+                    self.fp32_total += rc.fp32_mme_ns
                 for i in self.waiting.pop(e.launch_id, ()):     # executions listed before their launch
                     out[i] = _moved(out[i], s, f, dlane)
             out.append(_moved(e, start, end))
@@ -373,7 +384,7 @@ class Retimer:
         end_all = max([self.H] + [f for _, f in dev])
         r = Retimed(card, self.out + extra, spans, host_ns=self.H - self.sync_wait, device_busy_ns=busy,
                     wall_ns=end_all, sync_wait_ns=self.sync_wait, user_ns=self.user_total,
-                    compile_ns=self.compile_total, launches=self.n_launch)
+                    compile_ns=self.compile_total, launches=self.n_launch, fp32_mme_ns=self.fp32_total)
         # step -> host_ns (without sync waits), device_ns (its launches), sync_wait_ns
         r.per_step = {k: dict(v) for k, v in self.per_step.items()}
         return r
