@@ -69,6 +69,7 @@ def test_step_slider_zooms_the_timeline(monkeypatch):
     assert calls[-1] == (2, 3)
 
 
+@pytest.mark.timing              # redraws are throttled by wall time
 def test_live_refresh_is_throttled_and_measured():
     p = widgets.SectionPanel("live", min_interval=0.05, budget=0.5)
     p.attach(live=True)
@@ -96,6 +97,7 @@ def test_live_refresh_is_throttled_and_measured():
     assert "live redraws" in p.status.value and "finished" in p.status.value
 
 
+@pytest.mark.timing              # redraws are throttled by wall time
 def test_a_panel_built_at_its_first_live_redraw():
     """A section's panel (build=False) shows its status line only until a redraw is due: the first
     live redraw builds the tabs (the Timeline selected) and asks its display to show them."""
@@ -262,6 +264,7 @@ def test_with_the_real_runtime():
     widgets.draw_graph(widgets.graphs_seen(s.events)[0][1])
 
 
+@pytest.mark.timing              # redraws are throttled by wall time
 def test_live_redraws_stay_within_the_time_budget():
     p = widgets.SectionPanel("budget", min_interval=0.0, budget=0.2)
     p.tab.selected_index = 1                                  # the timeline: the costly tab
@@ -284,6 +287,7 @@ def test_live_redraws_stay_within_the_time_budget():
     assert s["live_s"] <= 0.2 * s["wall_s"] + max(p._measured.values())
 
 
+@pytest.mark.timing              # redraws are throttled by wall time
 def test_short_block_gets_no_live_redraw_with_the_default_budget():
     p = widgets.SectionPanel("short")                         # 2% budget, 0.25 s first guess
     p.attach(live=True)
