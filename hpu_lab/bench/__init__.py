@@ -5,8 +5,11 @@ like on whatever machine runs it. One module a section, each runnable alone
 (``python -m hpu_lab.bench lazy graphs``, or ``python -m hpu_lab.bench.graphs --steps 10``):
 
 - imports (imports.py): fresh-process time of ``import torch`` and of ``import hpu_lab`` on top.
-- lazy (accumulation.py): host cost per op of a 40-op elementwise chain, hpu lazy mode vs plain
-  eager CPU vs PyTorch's own lazy tensor core (``torch._lazy`` with its TorchScript backend).
+- host_clock (host_clock.py): the Gaudi clock's modeled host lane on seed 000's three modes (the
+  seed's host times as ratios) and the end-to-end rows (whole HF Trainer runs, the whole clock).
+- lazy (accumulation.py): host cost per op of a 40-op elementwise chain, hpu lazy mode (recording
+  on and off) vs plain eager CPU vs PyTorch's own lazy tensor core (``torch._lazy``, TorchScript
+  backend), measured in one run.
 - graphs (graphs.py): the HPU Graphs payoff on seed 000's training step.
 - fused (fused.py): the hpex fused optimizers, clipping and attention.
 - panel (panel.py): a live panel's overhead on a 600-step seed-style loop in a Jupyter kernel.
@@ -23,6 +26,7 @@ import torch
 
 SECTIONS = {
     "imports": ("hpu_lab.bench.imports", "main"),
+    "host_clock": ("hpu_lab.bench.host_clock", "main"),
     "lazy": ("hpu_lab.bench.accumulation", "main"),
     "graphs": ("hpu_lab.bench.graphs", "main"),
     "fused": ("hpu_lab.bench.fused", "main"),

@@ -8,8 +8,9 @@ per-step *wall time* (steps back to back, device work included), median over int
 beside the seed's own host times on first-gen Gaudi (4.8 / 3.9 / 1.3 ms). Also counted, not timed:
 ops traced, graphs built and recipes compiled per step -- the mechanism behind the times.
 
-Targets (DESIGN.md): replay host time at least 10x lower than lazy mode; replay wall time no worse
-than plain eager PyTorch on the CPU. Batches are prepared on the host beforehand, so the data loader
+Targets (DESIGN.md): replay host time at least 40x lower than lazy mode; replay wall time no worse
+than plain eager PyTorch on the CPU. (These are the emulator's own costs on this machine; the
+Gaudi clock's modeled host times are the host_clock section's.) Batches are prepared on the host beforehand, so the data loader
 is not timed. In hpu_lab the dropout noise is drawn on the host (same numbers as the CPU run), so
 every mode, replay included, pays for that draw in host time.
 """
@@ -169,7 +170,7 @@ def report(r: dict) -> dict:
     ratio_wall = r["capture/replay"]["wall_ms"] / r["eager CPU"]["wall_ms"]
     rng = r["rng_ms"]
     ratio_no_rng = (lazy_host - rng) / max(r["capture/replay"]["host_ms"] - rng, 1e-6)
-    print(f"capture/replay host time {ratio_host:.1f}x lower than lazy (target >= 10x; the seed: "
+    print(f"capture/replay host time {ratio_host:.1f}x lower than lazy (target >= 40x; the seed: "
           f"{4.8 / 1.3:.1f}x); replay wall / eager CPU wall {ratio_wall:.2f} (target <= 1.0)")
     print(f"of which host-drawn dropout noise {rng:.3f} ms per step in every hpu mode (hpu_lab draws random "
           f"numbers on the host, to equal the CPU run; Gaudi draws them on the device): without it, replay host "
