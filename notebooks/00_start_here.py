@@ -41,6 +41,13 @@ torch.manual_seed(0)                  # every run of the notebook draws the same
 print("torch", torch.__version__, "| hpu_lab", hpu_lab.__version__)
 
 # %% [markdown]
+# The times this notebook shows come from the **Gaudi clock** of one card, named here: its panels, tables and asserts all use it (section 7 tries the others, in a table labelled what-if).
+
+# %%
+CARD = "gaudi2"                       # this notebook's card: Gaudi 2 (HPU_LAB_DEVICE's default)
+widgets.set_clock("gaudi", CARD)
+
+# %% [markdown]
 # The device answers like the real one would:
 
 # %%
@@ -287,6 +294,7 @@ assert len(replay.of(ev.Replay)) == 8 and traced_after == []
 
 # %%
 # NBVAL_IGNORE_OUTPUT
+# (a widget, and its timelines hold the data loader's fetches: your code, measured on this CPU)
 widgets.compare([lazy, replay], steps=8)      # 8 training steps each
 
 # %% [markdown]
@@ -314,10 +322,9 @@ assert metric_global("recipe_cache")["TotalHit"] > metric_global("recipe_cache")
 # %% [markdown]
 # ## 7. What if: another card, no fusion, bf16, a bigger batch
 #
-# The times the panels show come from the **Gaudi clock** (`docs/gaudi_clock.md`): the work the emulator really traced and launched, re-timed by a performance model of a Gaudi, Gaudi 2 or Gaudi 3. One recording can be re-timed on every card. `whatif_rows()` records 12 steps of this notebook's training step and re-times them (the host's time is this machine's CPU time for the tracing, so it varies; the device's is modeled):
+# The times the panels show come from the **Gaudi clock** (`docs/gaudi_clock.md`): the work the emulator really traced and launched, re-timed by a performance model of a Gaudi, Gaudi 2 or Gaudi 3. The host's lane is modeled too, per event (an op traced, a graph built, a launch...), from the bridge's costs on a Gaudi server; only your own code (data loading, sleeps, prints) is measured on this CPU. One recording can be re-timed on every card. **What-if, every card:** `whatif_rows()` records 12 steps of this notebook's training step and re-times them:
 
 # %%
-# NBVAL_IGNORE_OUTPUT
 import hpu_lab.perfmodel as pm
 from hpu_lab.perfmodel.validation import whatif_rows
 rows = whatif_rows()
@@ -329,7 +336,7 @@ device_ms = [row["device ms/step"] for row in rows]
 assert device_ms[0] > device_ms[1] > device_ms[2] and all(row["verdict"] == "host-bound" for row in rows)
 
 # %% [markdown]
-# `pm.estimate(fn, *args)` costs a step's recipes without running them, so other settings cost nothing to try. Device microseconds per training step (after a first call that creates the optimizer's state):
+# `pm.estimate(fn, *args)` costs a step without running it (host, device, wall and verdict), so other settings cost nothing to try. **What-if, every card:** device microseconds per training step (after a first call that creates the optimizer's state):
 
 # %%
 def train_step(model, opt, data, target, bf16=False):
@@ -348,7 +355,7 @@ def step_us(width=128, batch=200, card="gaudi", bf16=False, fusion=True):
     opt = torch.optim.Adadelta(model.parameters(), lr=0.1)
     x, y = torch.randn(batch, 1, 28, 28, device="hpu"), torch.randint(0, 10, (batch,), device="hpu")
     pm.estimate(train_step, model, opt, x, y, bf16=bf16, device=card, fusion=fusion)
-    return pm.estimate(train_step, model, opt, x, y, bf16=bf16, device=card, fusion=fusion) / 1e3
+    return pm.estimate(train_step, model, opt, x, y, bf16=bf16, device=card, fusion=fusion).device_ns / 1e3
 
 variants = {"seed MLP, batch 200": {}, "fusion off": {"fusion": False}, "bf16 autocast": {"bf16": True},
             "batch 800": {"batch": 800}, "784-4096-10, batch 2048": {"width": 4096, "batch": 2048},

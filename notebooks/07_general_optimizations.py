@@ -33,6 +33,8 @@ import widgets                        # the panel and other views (reads the eve
 # %load_ext widgets
 torch.manual_seed(0)                  # every run of the notebook draws the same numbers
 print("torch", torch.__version__, "| hpu_lab", hpu_lab.__version__)
+CARD = "gaudi2"                       # this notebook's card, for its timelines, tables and asserts (the Gaudi clock)
+widgets.set_clock("gaudi", CARD)
 
 
 # %%
@@ -150,7 +152,7 @@ def epoch(batch_size):
             optimizer.step()
             htcore.mark_step()
         torch.hpu.synchronize()
-    return pm.retime(c.events, "gaudi"), torch.hpu.max_memory_allocated() - base
+    return pm.retime(c.events, CARD), torch.hpu.max_memory_allocated() - base
 
 for b in (100, 400, 800):
     epoch(b)                                   # compile each shape first
@@ -166,10 +168,9 @@ print("peak device memory above the inputs:", {b: f"{results[b][1] / 2**20:.2f} 
 assert peaks[0] < peaks[1] < peaks[2]
 
 # %% [markdown]
-# and so does throughput, as the per-step host cost is spread over more samples, and so is each launch's fixed device cost (the modeled device time of the same 1600 samples falls; that part of the figures does not vary). Throughput on the Gaudi clock (first-generation Gaudi: the epoch's recorded events re-timed, see `docs/gaudi_clock.md`; its host part is this machine's CPU time for the tracing, so the figures vary by machine):
+# and so does throughput, as the per-step host cost is spread over more samples, and so is each launch's fixed device cost (the modeled device time of the same 1600 samples falls). Throughput on the Gaudi clock of this notebook's card (the epoch's recorded events re-timed, see `docs/gaudi_clock.md`; host and device are both modeled, so the figures are the same on any machine):
 
 # %%
-# NBVAL_IGNORE_OUTPUT
 # claim M4
 samples_per_s = {b: len(train_set) / (results[b][0].wall_ns / 1e9) for b in results}
 for b, (r, _) in results.items():
@@ -178,21 +179,21 @@ for b, (r, _) in results.items():
 busy = {b: results[b][0].device_busy_ns for b in results}      # modeled device time for the same 1600 samples
 assert busy[100] > busy[400] > busy[800]                       # fewer, bigger launches: less fixed cost per sample
 assert results[800][0].launches < results[100][0].launches     # 8x fewer steps, each costs the same host work
-assert samples_per_s[100] < samples_per_s[800]                 # (400 vs 800 is closer: measured host time can swap them)
+assert samples_per_s[100] < samples_per_s[400] < samples_per_s[800]
 
 # %% [markdown]
 # The seed's two other limits on batch size:
 #
 # > *2. Large batch size cannot be used when low latency instead of throughput is required.*
 #
-# For inference, the time to answer one request is the time of its whole batch. `hpu_lab.perfmodel.estimate` traces the model's forward in lazy mode without running it and returns the modeled device time on first-generation Gaudi (`docs/gaudi_clock.md`): the batch's latency grows with the batch while the time per sample falls:
+# For inference, the time to answer one request is the time of its whole batch. `hpu_lab.perfmodel.estimate` traces the model's forward in lazy mode without running it and gives its modeled device time on this notebook's card (`docs/gaudi_clock.md`): the batch's latency grows with the batch while the time per sample falls:
 
 # %%
 eval_model = Net().to(device).eval()
 latency_ns = {}
 for b in (1, 16, 256, 4096):
     with torch.no_grad():
-        latency_ns[b] = pm.estimate(eval_model, torch.randn(b, 1, 28, 28).to(device), device="gaudi")
+        latency_ns[b] = pm.estimate(eval_model, torch.randn(b, 1, 28, 28).to(device), device=CARD).device_ns
     print(f"batch {b:4d}: latency {latency_ns[b] / 1e3:7.1f} µs, {latency_ns[b] / b / 1e3:8.3f} µs per sample")
 sizes = sorted(latency_ns)
 assert all(latency_ns[a] < latency_ns[b] for a, b in zip(sizes, sizes[1:]))              # latency grows
@@ -235,14 +236,13 @@ def update(make_optimizer, steps=6):
         opt.zero_grad(set_to_none=True)
         F.cross_entropy(model(data), target).backward()
         htcore.mark_step()
-        with ev.Collector(kinds=[ev.Launch]) as c:
-            h0 = ev.recorder.host_clock()[0]       # the Gaudi clock's host lane (CPU time, observers left out)
+        with ev.Collector() as c:
             opt.step()
             htcore.mark_step()
-            host.append((ev.recorder.host_clock()[0] - h0) / 1e6)
-        nodes.append(sum(1 for l in c.events for n in l.graph.nodes    # ops (not inputs, outputs, views)
+        host.append(pm.retime(c.events, CARD).host_ns / 1e6)     # the update's modeled host time
+        nodes.append(sum(1 for l in c.of(ev.Launch) for n in l.graph.nodes    # ops (not inputs, outputs, views)
                          if n.op not in ("input", "output", "view")))
-    return nodes[-1], sorted(host[2:])[len(host[2:]) // 2]
+    return nodes[-1], host[-1]
 
 torch_nodes, torch_ms = update(lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9, foreach=False))
 fused_nodes, fused_ms = update(lambda p: FusedSGD(p, lr=0.01, momentum=0.9))
@@ -257,10 +257,9 @@ print(f"{len(list(deep().parameters()))} parameter tensors; nodes in the update 
 assert fused_nodes <= 3 and torch_nodes > 20 * fused_nodes
 
 # %% [markdown]
-# Fewer ops traced is less host time per update (the Gaudi clock's host lane: this machine's CPU time for the tracing, which stands for the bridge's host work; the figure varies by machine, the ratio much less):
+# Fewer ops traced is less host time per update (the Gaudi clock's host lane: the bridge's modeled cost of each op traced and of the update's graph and launch):
 
 # %%
-# NBVAL_IGNORE_OUTPUT
 # claim M5
 print(f"host time of one update: torch.optim.SGD {torch_ms:.2f} ms, FusedSGD {fused_ms:.2f} ms")
 assert fused_ms < torch_ms
@@ -581,12 +580,12 @@ assert list(reads.values()) == [8, 1]
 
 
 # %% [markdown]
-# How long did those syncs hold the host? On the Gaudi clock (the sections re-timed on first-generation Gaudi, `docs/gaudi_clock.md`) each print waits until the modeled end of the forward+backward graph launched just before it: the host can queue nothing in the meantime. In the quiet run the host went straight on to trace the optimizer step, and by its one read at the end the device had long finished:
+# How long did those syncs hold the host? On the Gaudi clock (the sections re-timed on this notebook's card, `docs/gaudi_clock.md`) each print waits until the modeled end of the forward+backward graph launched just before it: the host can queue nothing in the meantime. In the quiet run the host went straight on to trace the optimizer step, and by its one read at the end the device had long finished:
 
 # %%
 # claim M9
-waited = {s.title: pm.retime(s.events, "gaudi").sync_wait_ns for s in (chatty, quiet)}
-print(f"host time spent waiting for the device on {pm.card('gaudi').device_name}: "
+waited = {s.title: pm.retime(s.events, CARD).sync_wait_ns for s in (chatty, quiet)}
+print(f"host time spent waiting for the device on {pm.card(CARD).device_name}: "
       + ", ".join(f"{t}: {ns / 1e3:.1f} µs" for t, ns in waited.items()))
 assert waited[chatty.title] > waited[quiet.title]
 
@@ -651,14 +650,13 @@ assert moved(pageable) == moved(pinned) > 0
 assert staged(pageable) == moved(pageable) and staged(pinned) == 0
 
 # %% [markdown]
-# On the Gaudi clock the staging copy is host time (`hpu_lab.perfmodel.copy_ns`, `docs/gaudi_clock.md`): the same batches cost the host less when pinned, on every card:
+# On the Gaudi clock the staging copy is host time (`hpu_lab.perfmodel.copy_ns`, `docs/gaudi_clock.md`): the same batches cost the host less when pinned:
 
 # %%
 # claim M10
-for name in pm.DEVICES:
-    t = {pin: sum(pm.copy_ns(e.nbytes, pm.card(name), pinned=pin) for e in pageable) for pin in (False, True)}
-    print(f"{pm.card(name).device_name:7s} modeled copy time of the epoch: pageable {t[False] / 1e3:.0f} µs, pinned {t[True] / 1e3:.0f} µs")
-    assert t[True] < t[False]
+t = {pin: sum(pm.copy_ns(e.nbytes, pm.card(CARD), pinned=pin) for e in pageable) for pin in (False, True)}
+print(f"{pm.card(CARD).device_name} modeled copy time of the epoch: pageable {t[False] / 1e3:.0f} µs, pinned {t[True] / 1e3:.0f} µs")
+assert t[True] < t[False]
 assert all(not e.pinned for e in pageable) and all(e.pinned for e in pinned)
 
 # %% [markdown]

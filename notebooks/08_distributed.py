@@ -35,6 +35,8 @@ import widgets                        # the panel and other views (reads the eve
 # %load_ext widgets
 torch.manual_seed(0)                  # every run of the notebook draws the same numbers
 print("torch", torch.__version__, "| hpu_lab", hpu_lab.__version__)
+CARD = "gaudi2"                       # this notebook's card, for its timelines, tables and asserts (the Gaudi clock)
+widgets.set_clock("gaudi", CARD)
 
 # %% [markdown]
 # ## 1. The script, and a launcher
