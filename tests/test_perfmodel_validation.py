@@ -1,4 +1,4 @@
-"""The Gaudi clock against published throughput (hpu_lab.perfmodel.validation, docs/gaudi_clock.md §5).
+"""The Gaudi clock against published throughput (hpu_lab.perfmodel.validation, docs/gaudi_clock.md, "Validation").
 
 Deterministic: estimate() traces the reference models and runs nothing, so every figure here is the
 model's, not this machine's.

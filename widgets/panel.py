@@ -13,7 +13,7 @@ of the time the section has run. So the overhead is bounded from the first redra
 guess of 0.25 s per redraw, a loop sees its first live redraw after ~12 s, short cells only the
 final panel. (The budget was 5%:
 a loop stretched past ~5 s by the load got a 0.25-0.5 s redraw, half of the 10% that observing a
-loop may cost in all, issue 14 point 5; see docs/gaudi_clock.md section 7.) ``panel.stats`` counts
+loop may cost in all, issue 14 point 5; see docs/gaudi_clock.md, "What a recording costs".) ``panel.stats`` counts
 redraws and their time; ``overhead()`` = live redraw time / section time.
 """
 from __future__ import annotations

@@ -15,7 +15,7 @@ like on whatever machine runs it. One module a section, each runnable alone
 - panel (panel.py): a live panel's overhead on a 600-step seed-style loop in a Jupyter kernel.
 - disk_cache: cold vs warm start with the disk recipe cache (lives beside the feature).
 - gaudi_clock (perfmodel/validation.py): the Gaudi clock's modeled throughput vs published Gaudi
-  figures (docs/gaudi_clock.md section 5) and the seed-000 what-if table; nothing runs on a device.
+  figures (docs/gaudi_clock.md, "Validation") and the seed-000 what-if table; nothing runs on a device.
 """
 from __future__ import annotations
 

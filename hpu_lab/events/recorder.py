@@ -98,6 +98,7 @@ class Recorder:
 
     def __init__(self):
         self._lock = threading.RLock()     # subscribing, and handing events over (observers may emit)
+        self._ops_lock = threading.Lock()  # the kept ops alone (the op path takes only this one)
         self._all: tuple = ()              # observers of every kind
         self._by_kind: dict = {}           # kind class -> tuple of observers
         self._many: dict = {}              # observer -> its function taking a list of op events
@@ -182,7 +183,7 @@ class Recorder:
         if self._muted:
             return
         t = _perf_ns()
-        with self._lock:
+        with self._ops_lock:
             self._ops += (t, op, src, self.step)
 
     def flush(self) -> None:
@@ -193,7 +194,8 @@ class Recorder:
                     self._hand_over()
 
     def _hand_over(self) -> None:
-        items, self._ops = self._ops, []
+        with self._ops_lock:
+            items, self._ops = self._ops, []
         untrack(items)
         run = OpRun(items)
         untrack(run)
