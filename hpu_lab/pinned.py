@@ -19,7 +19,7 @@ thread call):
 The copy path is what differs (``transfers.py``): from a pinned tensor the transfer reads the
 buffer directly, and ``non_blocking=True`` queues it on the current stream; from pageable memory the
 host first copies into a staging buffer and the transfer is synchronous. Host *speed* is not
-emulated: the copies run at this machine's memcpy speed; the events say which path each copy took.
+emulated: the events say which path each copy took (``staging_bytes``), and the Gaudi clock times it.
 """
 from __future__ import annotations
 

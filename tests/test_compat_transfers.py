@@ -143,3 +143,24 @@ def test_a_queued_copy_or_marker_frees_what_it_holds_without_a_cyclic_collection
         torch.hpu.synchronize()
     held = [t.__name__ for t in garbage if issubclass(t, executor.Launch)]
     assert held == []
+
+
+def test_a_pageable_copy_is_one_memcpy_here_and_staged_on_the_clock(collect, monkeypatch):
+    """The staging copy of a pageable source is the Gaudi clock's (``staging_bytes``): the emulator
+    copies the data once, straight into the device buffer, and the values are the source's, strided
+    source included."""
+    clones = []
+    real_clone = torch.Tensor.clone
+
+    def counting_clone(self, *a, **k):
+        clones.append(self.shape)
+        return real_clone(self, *a, **k)
+    monkeypatch.setattr(torch.Tensor, "clone", counting_clone)
+    x = torch.randn(8, 6)[:, ::2]
+    d = torch.empty(8, 3, device="hpu")
+    d.copy_(x)
+    monkeypatch.undo()
+    assert clones == []
+    assert torch.equal(d.cpu(), x)
+    (e,) = h2d(collect)
+    assert (e.pinned, e.staging_bytes, e.stream) == (False, x.numel() * 4, -1)
