@@ -175,6 +175,7 @@ class CompiledGraph:
         # or it draws random numbers (drawn on the host at traced sizes): then it is replayed
         self.dynamic = symbolic and not random and not _force_static()
         self.replay = (symbolic and not self.dynamic) or any(not _random_ok(n) for n in random)
+        self.recipe = None                     # a replayed graph has none: lazy mode's recipes run it
         if self.replay:
             return
         phs = [n for n in g.nodes if n.op == "placeholder"]
