@@ -11,7 +11,8 @@ profiler exports:
   then adds those events as one more process, "HPU 0 (hpu_lab emulated)", with a thread per lane:
   "host (Python)" for graph builds, cache lookups, compiles, launches, host syncs, copies and
   mark_steps, and one per device stream for the recipes' execution (with flow arrows from each
-  launch to its execution), all on the trace's own clock.
+  launch to its execution), all on the trace's own clock: the times measured on this CPU, as
+  Kineto's are (the Gaudi clock's modeled times are ``hpu_lab.profiler.export_chrome_trace``'s).
 
 They are in the exported trace (TensorBoard, Perfetto, chrome://tracing); ``prof.key_averages()``
 still lists only the CPU ops Kineto recorded. The events are collected whatever ``activities`` say
@@ -39,7 +40,10 @@ def _to_kineto(events, base_ns: int) -> list:
     t0 = min(e.t_start for e in events)
     shift = (t0 + offset - base_ns) / 1000.0                 # µs: where the first event lands
     out = []
-    for e in chrome_trace(events)["traceEvents"]:
+    # measured, not the Gaudi clock: Kineto's CPU ops beside them are this machine's times, and the
+    # Gaudi clock's modeled host lane (a compile, a launch...) would place the device's work apart
+    # from the CPU ops that caused it
+    for e in chrome_trace(events, clock="measured")["traceEvents"]:
         e = dict(e, pid=HPU_PID)
         if e.get("ph") == "M":
             if e["name"] == "process_name":
