@@ -14,17 +14,13 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from hpu_lab import events as ev
+from hpu_lab.perfmodel.timeline import bound as _bound
 
 from .common import COLORS, in_steps, launch_steps, ms, ns_origin, on_clock, short_key, step_of, union_ns
 
 # Ops are zero-length events; consecutive ones form one "trace" bar unless the host did
 # nothing for longer than this between two of them (then the gap is not tracing).
 TRACE_GAP_NS = 2_000_000
-
-# The one threshold of the verdict: a window where the device is idle at least this fraction
-# of the time is host-bound (the device waits for Python), otherwise device-bound.
-HOST_BOUND_IDLE = 0.5
-
 
 @dataclass(frozen=True)
 class Bar:
@@ -182,6 +178,7 @@ class Verdict:
     window_ms: float         # first to last event
     device_busy_ms: float    # union of the device executions of every stream, in the window
     clock: str = ""          # "Gaudi clock: GAUDI2 (modeled)" or "measured on this CPU"
+    host_busy_ms: float = 0.0  # the host's time in the window not spent waiting for the device
 
     @property
     def busy_fraction(self) -> float:
@@ -207,11 +204,12 @@ class Verdict:
         return self.text
 
 
-def classify(idle_fraction: float) -> str:
-    """Host-bound when the device sits idle at least HOST_BOUND_IDLE (50%) of the window: then
-    the device waits for Python to trace, compile and launch, and HPU Graphs help (seed 000).
-    Otherwise the device is the bottleneck and removing host work buys nothing (claim G10)."""
-    return "host-bound" if idle_fraction >= HOST_BOUND_IDLE else "device-bound"
+def classify(host_busy_ms: float, device_busy_ms: float) -> str:
+    """Host-bound when the host's work outlasts the device's (the Gaudi clock's rule,
+    perfmodel.timeline.bound): the device waits for the host to trace, compile and launch, and HPU
+    Graphs help (seed 000). Otherwise the device is the bottleneck and removing host work buys
+    nothing (claim G10)."""
+    return _bound(host_busy_ms, device_busy_ms)
 
 
 def verdict(events: Sequence[ev.Event], clock: Optional[str] = None, device=None) -> Verdict:
@@ -221,7 +219,7 @@ def verdict(events: Sequence[ev.Event], clock: Optional[str] = None, device=None
         return Verdict("no device work", 0.0, 0.0)
     events, label, _ = on_clock(events, clock, device)
     v = _verdict(events)
-    return Verdict(v.bound, v.window_ms, v.device_busy_ms, label)
+    return Verdict(v.bound, v.window_ms, v.device_busy_ms, label, v.host_busy_ms)
 
 
 def _verdict(events: Sequence[ev.Event]) -> Verdict:
@@ -235,8 +233,14 @@ def _verdict(events: Sequence[ev.Event]) -> Verdict:
     if not any(isinstance(e, ev.DeviceExecution) for e in events):
         return Verdict("no device work", window, 0.0)
     busy_ms = busy / 1e6
-    idle = 1.0 - busy_ms / window if window > 0 else 0.0
-    return Verdict(classify(idle), window, busy_ms)
+    # the host's time not spent waiting for the device (Retimed.host_ns's definition): from the
+    # window's start to its last host event, less its syncs' waits (gaps are host time: Python)
+    host_end = max((e.t_end for e in events if not isinstance(e, ev.DeviceExecution)
+                    and getattr(e, "lane", "host") == "host"), default=w0)
+    waits = union_ns((b.start_ms, b.end_ms) for b in timeline_rows(events, t0=w0)
+                     if b.lane == "host" and b.kind == "host sync")
+    host_ms = max(0.0, (host_end - w0) / 1e6 - waits)
+    return Verdict(classify(host_ms, busy_ms), window, busy_ms, host_busy_ms=host_ms)
 
 
 # ----------------------------------------------------------------------------- drawing

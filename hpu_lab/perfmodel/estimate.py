@@ -57,8 +57,8 @@ class Estimate:
 
     @property
     def verdict(self) -> str:
-        from .timeline import HOST_BOUND_IDLE
-        return "host-bound" if self.device_idle_fraction >= HOST_BOUND_IDLE else "device-bound"
+        from .timeline import bound
+        return bound(self.host_ns, self.device_ns)
 
     @property
     def fp32_assumed(self) -> bool:
