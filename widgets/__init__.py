@@ -24,6 +24,7 @@ import shlex
 from .advisor import advise
 from .common import set_clock
 from .comparison import compare, compare_rows, draw_compare
+from .curves import draw_step_curve, draw_throughput
 from .graph_view import draw_graph, fusion_counts, to_networkx
 from .metrics_view import section_metrics
 from .panel import SectionPanel, graphs_seen
@@ -34,7 +35,7 @@ from .timeline import Bar, draw_timeline, timeline_rows, verdict
 __all__ = ["advise", "compare", "compare_rows", "draw_compare", "draw_graph", "fusion_counts", "to_networkx", "section_metrics",
            "SectionPanel", "graphs_seen", "cache_per_step", "recompile_rows", "recompiles_html", "Section",
            "section", "sections", "Bar", "draw_timeline", "timeline_rows", "verdict", "load_ipython_extension",
-           "hpu_section", "set_clock"]
+           "hpu_section", "set_clock", "draw_step_curve", "draw_throughput"]
 
 
 def _parse_magic_line(line: str):
