@@ -18,7 +18,8 @@ _WHERE = {
     "Step": "timing", "Comparison": "timing", "MODELED": "timing", "MEASURED": "timing",
     "sweep": "curves", "width_curve": "curves", "batch_curve": "curves", "Curve": "curves",
     "Point": "curves",
-    "check": "practice", "Result": "practice", "EXERCISES": "practice", "exercise": "practice",
+    "check": "checking", "judge": "checking", "record": "practice", "Result": "practice",
+    "EXERCISES": "checking",
 }
 
 __all__ = sorted(_WHERE)

@@ -1,0 +1,51 @@
+"""hpu_lab.lab.check: every exercise says right for its reference answer, not yet for the section's
+untouched code, and never fails a notebook's Run All (docs/lab.md)."""
+import pytest
+
+import hpu_lab  # noqa: F401
+from hpu_lab import lab
+from hpu_lab.lab import answers
+from hpu_lab.lab import practice
+from hpu_lab.lab.checking import EXERCISES, judge
+
+IDS = sorted(answers.START)
+
+
+def test_every_registered_exercise_has_a_reference_and_a_start():
+    lab.check("00.1")                                   # registers the exercises
+    assert set(EXERCISES) == set(answers.START) == set(answers.REFERENCE) == set(answers.ANSWERS)
+
+
+@pytest.mark.parametrize("ex", IDS)
+def test_reference_right_start_not_yet_wrong_answer_wrong(ex):
+    right = answers.ANSWERS[ex]
+    r = lab.check(ex, answers.REFERENCE[ex], right)
+    assert r.status == "right", str(r)
+    assert r.ok and str(r).startswith("[right]") and r.why
+    ref = practice.record(answers.REFERENCE[ex])
+    wrong = "something else" if isinstance(right, str) else (not right if isinstance(right, bool) else right + 1000)
+    r = judge(ex, ref, wrong)
+    assert r.status == "wrong" and "not what the events say" in r.why, str(r)
+    r = judge(ex, ref, None)
+    assert r.status == "not yet" and "write your answer" in r.why, str(r)
+    # the section's code as the notebook gives it, even with the reference answer written in
+    start = practice.record(answers.START[ex])
+    for answer in (None, right):
+        r = judge(ex, start, answer)
+        assert r.status == "not yet", str(r)
+
+
+def test_nothing_done_and_errors_do_not_raise():
+    assert lab.check("00.1").status == "not yet"                       # no run at all
+    assert lab.check("00.1", 42).status == "not yet"                   # not a function
+    r = lab.check("99.9", lambda: None)
+    assert r.status == "not yet" and "there is no exercise" in r.why
+
+    def broken():
+        import torch
+        torch.ones(3, device="hpu") @ torch.ones(4, device="hpu")      # the learner's own error
+    r = lab.check("00.1", broken, 1)
+    assert r.status == "not yet" and "your code raised RuntimeError" in r.why, str(r)
+    # the runtime is usable afterwards
+    import torch
+    assert torch.ones(2, device="hpu").sum().item() == 2.0
