@@ -10,16 +10,16 @@ from hpu_lab import lab
 def test_width_crossover_on_first_gen_gaudi_where_the_model_says():
     # MLP width x width, batch 64, fp32: the host's work a step is the same at any width (same ops
     # traced), the device's grows as width**2; first-gen Gaudi's device is the slowest of the three
-    c = lab.width_curve([1024, 4096], batch=64, modes=("lazy",), steps=2, warmup=1)
+    c = lab.width_curve([1024, 8192], batch=64, modes=("lazy",), steps=2, warmup=1)
     lazy = c.series("gaudi")
     assert [p.verdict for p in lazy] == ["host-bound", "device-bound"]
     assert lazy[0].host_ms == lazy[1].host_ms                       # host: the same ops, modeled
     assert lazy[1].device_ms > 4 * lazy[0].device_ms
-    assert c.crossover("gaudi") == c.predicted_crossover("gaudi") == 4096
-    # a faster device moves the crossover out of the sweep: still host-bound at 4096 on Gaudi 2 and 3
+    assert c.crossover("gaudi") == c.predicted_crossover("gaudi") == 8192
+    # a faster device moves the crossover out of the sweep: still host-bound at 8192 on Gaudi 2 and 3
     for card in ("gaudi2", "gaudi3"):
         assert c.crossover(card) is None and c.predicted_crossover(card) is None
-        assert c.point(card, 4096).device_ms < c.point("gaudi", 4096).device_ms
+        assert c.point(card, 8192).device_ms < c.point("gaudi", 8192).device_ms
     assert "width" in c.table() and "modeled" in c.table()
 
 

@@ -472,7 +472,7 @@ class WideBoundary:
         if d is None or d != 2 * h:
             return WRONG, f"bracket the boundary: estimate both {h} and {2 * h}"
         return compare_answer(answer, h, "the largest host-bound batch",
-                              f"at {h} the device is busy less than half the step, at {d} more: below that, a replay "
+                              f"at {h} the host's work outlasts the device's, at {d} the device's outlasts the host's: below that, a replay "
                               "pays again (the host's work is the same at every batch)")
 
 

@@ -43,9 +43,8 @@ class Step:
 
     @property
     def verdict(self) -> str:
-        from ..perfmodel.timeline import HOST_BOUND_IDLE
-        idle = 1.0 - self.device_ns / self.wall_ns if self.wall_ns else 1.0
-        return "host-bound" if idle >= HOST_BOUND_IDLE else "device-bound"
+        from ..perfmodel.timeline import bound      # the host's work (your code too) against the device's
+        return bound(self.host_ns + self.user_ns, self.device_ns)
 
 
 @dataclass
@@ -101,9 +100,10 @@ class StepTimes:
 
     @property
     def verdict(self) -> str:
-        """host-bound / device-bound over the steps (the Gaudi clock's rule: device idle >= 50%)."""
-        from ..perfmodel.timeline import HOST_BOUND_IDLE
-        return "host-bound" if 1.0 - self.device_busy_fraction >= HOST_BOUND_IDLE else "device-bound"
+        """host-bound / device-bound over the steps (the Gaudi clock's rule, perfmodel.timeline.bound:
+        the host's work, your code included, against the device's)."""
+        from ..perfmodel.timeline import bound
+        return bound(sum(s.host_ns + s.user_ns for s in self.steps), sum(s.device_ns for s in self.steps))
 
     @property
     def verdict_text(self) -> str:

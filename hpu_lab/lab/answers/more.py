@@ -111,7 +111,7 @@ def start_03_4():
 
 
 def reference_03_4():
-    return _wide_estimates([2048, 1024, 512])
+    return _wide_estimates([2048, 1024])
 
 
 def _static_answers(copy: bool):
