@@ -141,7 +141,8 @@ def test_draw_timeline_one_rectangle_per_row():
     for (lane, kind) in {(r.lane, r.kind) for r in rows}:
         assert rects[f"{lane}/{kind}"] == sum(1 for r in rows if (r.lane, r.kind) == (lane, kind))
     ax = fig.axes[0]
-    assert [t.get_text() for t in ax.get_yticklabels()] == ["host (Python)", "hpu:0 (device stream 0)"]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["host: emulator\n(measured, this CPU)",
+                                                            "hpu:0 device, stream 0\n(emulated, measured)"]
     assert "ms" in ax.get_xlabel()
     verdict_text = [t for t in ax.texts if t.get_gid() == "verdict"]
     assert verdict_text and verdict_text[0].get_text() == tl.verdict(evs).text
@@ -162,7 +163,7 @@ def test_draw_timeline_step_range_zooms():
     evs = host_bound_loop(steps=6)
     fig = tl.draw_timeline(evs, step_range=(2, 3))
     ax = fig.axes[0]
-    assert "steps 2\u20133" in ax.get_title(loc="left")
+    assert "steps 3\u20134" in ax.get_title(loc="left")      # the section's own count: its first step is 1
     rows = tl.timeline_rows([e for e in evs if 2 <= e.step <= 3])
     assert sum(1 for r in rows if r.kind == "execute") == 2
     lo, hi = ax.get_xlim()

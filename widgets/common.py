@@ -18,24 +18,30 @@ COLORS = {
     "input": "#d4d4d4",
     "output": "#9d9d9d",
     "cast": "#b07aa1",
-    # timeline kinds
-    "trace": "#59a14f",        # ops accumulated by Python (lazy tracing)
-    "graph build": "#8cd17d",
-    "cache lookup": "#b6992d",
+    # timeline kinds: every kind its own hue, at least 20 CIELAB units from every other (a 64-colour
+    # PNG palette merged the old near-oranges and near-reds; tests/test_widgets_timeline.py checks).
+    # Enclosing spans (capture, replay, CPU fallback, compiled call) are light and opaque, so the
+    # legend swatch is the colour drawn.
+    "trace": "#59a14f",        # ops traced (lazy or eager)
+    "graph build": "#b8e186",
+    "cache lookup": "#8c564b",
     "compile": "#f1ce63",
-    "launch": "#4e79a7",
-    "host sync": "#e15759",
-    "copy H2D": "#79706e",
-    "collective": "#d37295",
-    "capture": "#ff9d9a",
-    "replay": "#a0cbe8",
+    "launch": "#1f4e99",
+    "host sync": "#d62728",
+    "copy H2D": "#17becf",
+    "collective": "#e377c2",
+    "capture": "#fcbba1",
+    "replay": "#9ecae1",
+    "cpu fallback": "#d4b9da",
+    "compiled call": "#c7e9c0",
     "execute": "#f28e2b",
     "idle": "#eeeeee",
     "your code": "#bab0ac",     # UserCode: measured on this CPU
-    "copy D2H": "#9c755f",
+    "copy D2H": "#9467bd",
     "error": "#000000",
-    "first compile": "#4e79a7",
-    "recompile": "#e15759",
+    "first compile": "#f1ce63",  # markers: the compile's own yellow; a recompile red
+    "recompile": "#d62728",
+    "replay marker": "#2171b5",
 }
 
 

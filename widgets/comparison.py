@@ -26,7 +26,8 @@ from hpu_lab import events as ev
 from .common import CLOCK, on_clock, union_ns
 from .metrics_view import section_metrics
 from .recompiles import table_html, _CSS
-from .timeline import draw_timeline, legend_handles, timeline_rows
+from .static import STORED_DPI
+from .timeline import draw_timeline, legend_columns, legend_handles, timeline_rows
 
 ONCE = "once"           # the "a step is" of a one-time row (warm-up + capture): its times are totals
 
@@ -131,26 +132,30 @@ def draw_compare(sections, sharex: bool = False, clock=None, device=None):
     section's capture ends and its replays begin."""
     from matplotlib.figure import Figure
     pairs = _pairs(sections)
-    fig = Figure(figsize=(11, 1.9 * max(len(pairs), 1) + 1.1), layout="constrained")
+    fig = Figure(figsize=(10, 2.1 * max(len(pairs), 1) + 1.3), layout="constrained")
     axes = fig.subplots(max(len(pairs), 1), 1, sharex=sharex, squeeze=False)[:, 0]
     kinds = set()
+    replays = False
     label = "measured on this CPU"
     for ax, (title, events) in zip(axes, pairs):
         timed, label, _ = on_clock(events, clock, device)
         draw_timeline(events, ax=ax, compact=True, title=title, clock=clock, device=device)   # names its clock
         ax.set_xlabel("ms" if label.startswith("measured") else "modeled ms (your code: measured)", fontsize=8)
         kinds |= {b.kind for b in timeline_rows(timed)}
+        replays = replays or any(isinstance(e, ev.Replay) for e in timed)
         cut = capture_cut(timed)
         if cut is not None:
             x = (cut - min(e.t_start for e in timed)) / 1e6
             right = x > 0.6 * ax.get_xlim()[1]           # the label on the side with room
             ax.axvline(x, color="#333333", ls="--", lw=1, gid="capture-cut")
             ax.annotate("capture ends, replays begin " if right else " capture ends, replays begin",
-                        (x, 1), xycoords=("data", "axes fraction"), fontsize=7, va="top",
+                        (x, 1), xycoords=("data", "axes fraction"), fontsize=8, va="top",
                         ha="right" if right else "left")
     fig.suptitle(f"Sections side by side, {label} (each from its own start: the time scales differ)",
                  fontsize=10, x=0.01, ha="left")
-    fig.legend(handles=legend_handles(kinds), loc="outside lower center", ncol=6, fontsize=8, frameon=False)
+    handles = legend_handles(kinds, replays=replays)
+    fig.legend(handles=handles, loc="outside lower center", ncol=legend_columns(handles, fig.get_size_inches()[0], 8.5),
+               fontsize=8.5, frameon=False)
     return fig
 
 
@@ -178,7 +183,7 @@ def compare_html(sections, clock=None, device=None, steps=None) -> str:
             f"<p style='font-size:11px;color:#555'>{how}{once}.</p>")
 
 
-def compare(sections: Sequence, dpi: int = 80, clock=None, device=None, steps=None):
+def compare(sections: Sequence, dpi: int = STORED_DPI, clock=None, device=None, steps=None):
     """A widget with the comparison table and the stacked timelines, and a switch between the
     Gaudi clock (default) and the measured clock. ``steps``: training steps per section (see above)."""
     import ipywidgets as W

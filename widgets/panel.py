@@ -34,6 +34,7 @@ from .common import CLOCK, ns_origin, short_key
 from .graph_view import draw_graph
 from .metrics_view import metrics_html
 from .recompiles import recompiles_html
+from .static import STORED_DPI
 from .timeline import draw_timeline
 
 TABS = ("Graph", "Timeline", "Recompiles", "Metrics", "Advice")
@@ -49,7 +50,7 @@ LIVE_DPI = 60                # live redraws are rendered smaller; the final redr
 LIVE_KINDS = (ev.MarkStep, ev.Launch, ev.HostSync, ev.Compile, ev.Replay)
 
 
-def figure_bundle(fig, dpi: int = 80, scroll_above_px: int = 1400) -> dict:
+def figure_bundle(fig, dpi: int = STORED_DPI, scroll_above_px: int = 1400) -> dict:
     """A display_data output holding the figure as PNG (inside a scrollable box when it is wide)."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)
@@ -126,7 +127,7 @@ class SectionPanel:
     """Graph | Timeline | Recompiles | Metrics | Advice for the events of one section."""
 
     def __init__(self, title: str = "", events=None, min_interval: float = 0.5,
-                 budget: float = BUDGET, dpi: int = 80, build: bool = True):
+                 budget: float = BUDGET, dpi: int = STORED_DPI, build: bool = True):
         self.title = title
         # events: a list, or the EventLog of a section that is recording (shared with it)
         self.log = events if isinstance(events, ev.EventLog) else ev.EventLog(events)
@@ -380,6 +381,7 @@ class SectionPanel:
                 out.outputs = (html_bundle("<p>No events yet.</p>"),)
                 return
             lo, hi = self.step_range.value
+            lo0 = self.step_range.min           # the section's first step: labels count from it (step 1)
             full = (lo, hi) == (self.step_range.min, self.step_range.max)
             title = f"{self.title}: host and device timeline" if self.title else None
             # the latest steps only: their tail of the list is re-timed (a few thousand events), not
@@ -390,15 +392,16 @@ class SectionPanel:
             if self._live_now and full and hi - lo >= LIVE_STEPS:
                 steps = (hi - LIVE_STEPS + 1, hi)
                 shown = tail_from_step(events, steps[0])
-                title = f"Running: steps {steps[0]}\u2013{hi} (the latest {FINAL_STEPS} when the cell ends)"
+                title = (f"Running: steps {steps[0] - lo0 + 1}\u2013{hi - lo0 + 1} "
+                         f"(the latest {FINAL_STEPS} when the cell ends)")
             elif full and hi - lo >= FINAL_STEPS:
                 # hundreds of steps are a blur at this width, and drawing them costs seconds
                 steps = (hi - FINAL_STEPS + 1, hi)
                 shown = tail_from_step(events, steps[0])
-                title = (f"{self.title + ': ' if self.title else ''}steps {steps[0]}\u2013{hi} of {lo}\u2013{hi} "
-                         "(move the steps slider for others)")
+                title = (f"{self.title + ': ' if self.title else ''}steps {steps[0] - lo0 + 1}\u2013{hi - lo0 + 1} "
+                         f"of {lo - lo0 + 1}\u2013{hi - lo0 + 1} (move the steps slider for others)")
             fig = draw_timeline(shown, step_range=steps, title=title, t0_ns=ns_origin(events),
-                                clock=self.clock_select.value)
+                                clock=self.clock_select.value, first_step=lo0)
             out.outputs = (figure_bundle(fig, LIVE_DPI if self._live_now else self.dpi),)
         elif name == "Recompiles":
             out.outputs = (html_bundle(recompiles_html(events)),)

@@ -23,9 +23,11 @@ PICTURES = ("timeline", "graph", "none")
 VIEW = "application/vnd.jupyter.widget-view+json"
 MAX_WIDTH_PX = 1600          # a long timeline is scaled down to this width rather than scrolled
 COLORS = 64                  # plots use few colours: a 64-colour palette PNG is ~3x smaller, looks the same
+STORED_DPI = 100             # the pictures notebooks store: a 7.5 pt label is 10 px high (at 60 dpi, 6 px)
+GREYS = 24                   # grey levels kept for text and antialiased edges
 
 
-def png_bytes(fig, dpi: int = 80, max_width_px: int = MAX_WIDTH_PX, colors: int = COLORS) -> bytes:
+def png_bytes(fig, dpi: int = STORED_DPI, max_width_px: int = MAX_WIDTH_PX, colors: int = COLORS) -> bytes:
     """``fig`` as a palette PNG, at most ``max_width_px`` wide."""
     dpi = min(dpi, max_width_px / fig.get_size_inches()[0])
     buf = io.BytesIO()
@@ -34,13 +36,31 @@ def png_bytes(fig, dpi: int = 80, max_width_px: int = MAX_WIDTH_PX, colors: int 
 
 
 def palette(png: bytes, colors: int = COLORS) -> bytes:
-    """``png`` re-encoded with a palette of ``colors`` colours (unchanged without Pillow)."""
+    """``png`` re-encoded with a palette of at most ``colors`` colours (unchanged without Pillow).
+
+    The palette is the views' own fill colours (common.COLORS, exactly), a grey ramp for text and
+    antialiased edges, then the picture's most frequent other colours; every pixel takes its
+    nearest entry, undithered. An adaptive (median-cut) palette spent its entries on the greys of
+    text and merged distinct fills: the legend's red and orange came out as one colour."""
     try:
         from PIL import Image       # matplotlib depends on Pillow
     except ImportError:
         return png
+    img = Image.open(io.BytesIO(png)).convert("RGB")
+    counts = sorted(img.getcolors(maxcolors=1 << 24), reverse=True)
+    from .common import COLORS as FILLS
+    greys = [(round(255 * i / (GREYS - 1)),) * 3 for i in range(GREYS)]
+    fills = [tuple(int(h[i:i + 2], 16) for i in (1, 3, 5)) for h in dict.fromkeys(FILLS.values())]
+    chosen = list(dict.fromkeys(greys + fills))
+    for _, rgb in counts:
+        if len(chosen) >= colors:
+            break
+        if rgb not in chosen:
+            chosen.append(rgb)
+    pal = Image.new("P", (1, 1))
+    pal.putpalette([c for rgb in chosen for c in rgb] + [0, 0, 0] * (256 - len(chosen)))
     out = io.BytesIO()
-    Image.open(io.BytesIO(png)).convert("RGB").quantize(colors=colors).save(out, format="png", optimize=True)
+    img.quantize(palette=pal, dither=Image.Dither.NONE).save(out, format="png", optimize=True)
     return out.getvalue()
 
 
@@ -84,7 +104,7 @@ def display_panel(panel):
     return handle
 
 
-def leave_picture(handle, panel, picture: str = "timeline", dpi: int = 80) -> Optional[bytes]:
+def leave_picture(handle, panel, picture: str = "timeline", dpi: int = STORED_DPI) -> Optional[bytes]:
     """Update the panel's display to carry the picture of its section too; the PNG, or None."""
     drawn = panel.timeline_png() if picture == "timeline" else None
     if drawn is not None:              # the finished panel just drew it: the same picture, not a second draw

@@ -1,12 +1,15 @@
-"""The host/device timeline: what the host (Python) did, what each device stream did, and when.
+"""The host/device timeline: what the host did, what each device stream did, and when.
 
     rows = timeline_rows(events)        # pure: one Bar per span, per lane
     fig = draw_timeline(events)         # matplotlib Figure; step_range=(3, 5) zooms on steps 3..5
     verdict(events).text                # "host-bound: device idle 78% of the window ..."
 
-Lanes: ``host`` (op tracing, graph build, cache lookup, compile, launch, host syncs, copies,
-HPU Graph capture and replay) and one lane per device stream ``hpu:N`` (recipe executions and
-the idle gaps between them). Times are milliseconds since the first event of the list.
+Lanes: ``user`` (your own code: DataLoader fetches, sleep, print, blocks marked with
+``events.user_code``; measured on this CPU on either clock), ``host`` (the bridge's host work: op
+tracing, graph build, cache lookup, compile, launch, host syncs, copies, HPU Graph capture and replay;
+modeled on the Gaudi clock, the emulator's own time on the measured clock) and one lane per device
+stream ``hpu:N`` (recipe executions and the idle gaps between them). Times are milliseconds since
+the first event of the list.
 """
 from __future__ import annotations
 
@@ -16,7 +19,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from hpu_lab import events as ev
 from hpu_lab.perfmodel.timeline import bound as _bound
 
-from .common import COLORS, in_steps, launch_steps, ms, ns_origin, on_clock, short_key, step_of, union_ns
+from .common import (COLORS, in_steps, launch_steps, ms, ns_origin, on_clock, short_key, short_op, step_of,
+                     union_ns)
 
 # Ops are zero-length events; consecutive ones form one "trace" bar unless the host did
 # nothing for longer than this between two of them (then the gap is not tracing).
@@ -25,7 +29,7 @@ TRACE_GAP_NS = 2_000_000
 @dataclass(frozen=True)
 class Bar:
     """One span of the timeline."""
-    lane: str            # "host" or "hpu:<stream>"
+    lane: str            # "user" (your code), "host" or "hpu:<stream>"
     kind: str            # "trace", "graph build", "cache lookup", "compile", "launch", "host sync",
                          # "copy H2D", "capture", "replay", "collective", "error", "execute", "idle"
     start_ms: float
@@ -51,7 +55,13 @@ _HOST_KIND = {
     ev.Replay: "replay",
     ev.UserCode: "your code",
     ev.DeviceToHost: "copy D2H",
+    ev.CPUFallback: "cpu fallback",
+    ev.CompiledCall: "compiled call",
 }
+
+# Kinds that contain other host events (the fallback's sync and compile, the replay's launches): drawn
+# as a taller light band behind the work they contain, labelled above it, never over it.
+ENCLOSING = ("capture", "replay", "cpu fallback", "compiled call")
 
 # Host kinds that are not bars at all (markers or boundaries) but still end a trace run.
 _NOT_A_BAR = (ev.MarkStep, ev.MemorySample, ev.CaptureBegin, ev.CaptureEnd, ev.StreamRecord, ev.StreamWait,
@@ -79,7 +89,11 @@ def _label(e: ev.Event) -> str:
     if isinstance(e, (ev.HostToDevice, ev.DeviceToHost)):
         return f"copy {e.nbytes / 1e6:.2g} MB"
     if isinstance(e, ev.UserCode):
-        return f"your code: {e.what} (measured on this CPU)"
+        return f"your code: {e.what}"
+    if isinstance(e, ev.CPUFallback):
+        return f"CPU fallback {short_op(e.op)}"
+    if isinstance(e, ev.CompiledCall):
+        return "compiled call"
     return e.kind
 
 
@@ -137,8 +151,9 @@ def timeline_rows(events: Sequence[ev.Event], t0: Optional[int] = None) -> List[
             continue
         else:
             kind = _HOST_KIND.get(type(e), e.kind.lower())
-            host.append(Bar(e.lane, kind, ms(e.t_start, t0), ms(e.t_end, t0), e.step, _label(e),
-                            level=1 if kind == "replay" else 0))
+            lane = "user" if kind == "your code" else e.lane
+            host.append(Bar(lane, kind, ms(e.t_start, t0), ms(e.t_end, t0), e.step, _label(e),
+                            level=1 if kind in ENCLOSING else 0))
     close_run()
     for b in open_captures.values():      # a capture still running when the list was taken
         host.append(Bar(b.lane, "capture", ms(b.t_start, t0), ms(t_last, t0), b.step,
@@ -262,68 +277,144 @@ def _merge_close(bars: List[Bar], gap_ms: float) -> List[Bar]:
     return out
 
 
-_DRAW_ORDER = ["capture", "replay", "idle", "trace", "graph build", "cache lookup", "compile",
-               "launch", "copy H2D", "copy D2H", "your code", "collective", "host sync", "execute", "error"]
+_DRAW_ORDER = ["capture", "replay", "cpu fallback", "compiled call", "idle", "trace", "graph build", "cache lookup",
+               "compile", "launch", "copy H2D", "copy D2H", "your code", "collective", "host sync", "execute", "error"]
 _LEGEND_NAME = {
-    "trace": "tracing ops (Python)", "graph build": "graph build", "cache lookup": "recipe cache lookup",
+    "trace": "ops traced", "graph build": "graph build", "cache lookup": "recipe cache lookup",
     "compile": "compile", "launch": "launch", "host sync": "host waits (sync)", "copy H2D": "copy host\u2192device",
     "collective": "collective", "capture": "HPU Graph capture", "replay": "HPU Graph replay",
+    "cpu fallback": "CPU fallback (its sync inside)", "compiled call": "torch.compile call",
     "execute": "device executes a recipe", "idle": "device idle", "error": "error",
-    "your code": "your code (measured on this CPU: data loading, sleep, print)", "copy D2H": "copy device\u2192host",
+    "your code": "your code (measured on this CPU)", "copy D2H": "copy device\u2192host",
 }
+# What filled a device-idle gap, as a gap label names it
+_GAP_NAME = {"your code": "your code (measured)", "host sync": "sync wait", "trace": "ops traced",
+             "cache lookup": "cache lookup", "copy H2D": "copy H\u2192D", "copy D2H": "copy D\u2192H"}
+
+# Text sizes, in points: at the stored 100 dpi (static.STORED_DPI) the smallest is 10 px high.
+FONT_MIN = 7.5
+GAP_LABEL_FRACTION = 0.1   # device-idle gaps at least this part of the window are labelled with their fillers
+_CHAR_EM = 0.62            # a character's width in ems (DejaVu Sans, generous): for "does this label fit"
 
 
-def legend_handles(kinds, compiles=True, syncs=True):
-    """Legend entries for bar ``kinds`` (in drawing order), plus the compile and sync markers."""
+def legend_handles(kinds, compiles=True, syncs=True, replays=False):
+    """Legend entries for bar ``kinds`` (in drawing order), plus the compile, replay and sync markers."""
     from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
-    out = [Patch(facecolor=COLORS.get(k, "#999999"), hatch="////" if k == "idle" else None,
-                 edgecolor="#bbbbbb" if k == "idle" else "none", label=_LEGEND_NAME.get(k, k))
-           for k in sorted(set(kinds), key=lambda k: _DRAW_ORDER.index(k) if k in _DRAW_ORDER else 99)]
+    out = [_patch(k) for k in sorted(set(kinds), key=lambda k: _DRAW_ORDER.index(k) if k in _DRAW_ORDER else 99)]
     if compiles:
         out += [Line2D([], [], marker="v", linestyle="none", color=COLORS[n], markeredgecolor="black", label=n)
                 for n in ("first compile", "recompile")]
+    if replays:
+        out.append(Line2D([], [], marker="o", linestyle="none", color=COLORS["replay marker"], label="HPU Graph replay"))
     if syncs:
         out.append(Line2D([], [], marker="D", linestyle="none", color=COLORS["host sync"], label="host sync"))
     return out
 
 
-def _lane_title(lane: str) -> str:
-    return "host (Python)" if lane == "host" else f"{lane} (device stream {lane.split(':')[-1]})"
+def legend_columns(handles, width_in: float, fontsize: float) -> int:
+    """As many legend columns as fit in ``width_in`` inches: a legend wider than its figure is cut
+    off at both edges."""
+    if not handles:
+        return 1
+    widest = max(len(h.get_label()) for h in handles) * fontsize * _CHAR_EM + fontsize * 4.5   # text + swatch
+    return max(1, min(len(handles), int(width_in * 72 * 0.96 // widest)))
+
+
+def _patch(kind):
+    from matplotlib.patches import Patch
+    return Patch(facecolor=COLORS.get(kind, "#999999"), hatch="////" if kind == "idle" else None,
+                 edgecolor="#bbbbbb" if kind == "idle" else "none", label=_LEGEND_NAME.get(kind, kind))
+
+
+def lane_title(lane: str, measured: bool = False) -> str:
+    """What a lane is: your code (always measured), the bridge's host work (modeled on the Gaudi
+    clock; the emulator's own Python on the measured clock) or a device stream."""
+    if lane == "user":
+        return "your code\n(measured, this CPU)"
+    if lane == "host":
+        return "host: emulator\n(measured, this CPU)" if measured else "host: the bridge\n(modeled)"
+    stream = lane.split(":")[-1]
+    return f"{lane} device, stream {stream}\n({'emulated, measured' if measured else 'modeled'})"
+
+
+def _short_label(b: Bar) -> str:
+    """A shorter label for a bar too narrow for its full one."""
+    if b.kind == "your code":
+        return b.label.split(": ", 1)[-1]
+    if b.kind == "compile":
+        return b.label.split(" ", 1)[0]                 # "compile" or "recompile"
+    if b.kind == "host sync":
+        return "sync"
+    return _LEGEND_NAME.get(b.kind, b.kind).split(" (")[0]
+
+
+def idle_gaps(rows: Sequence[Bar], min_ms: float) -> List[Tuple[Bar, List[Tuple[str, float]]]]:
+    """Each device-idle bar at least ``min_ms`` long, with what the host did meanwhile: a list of
+    (kind, ms of the gap it covered), largest first (host and your-code lanes, enclosing spans left
+    out: their contents are counted)."""
+    work = [b for b in rows if b.lane in ("host", "user") and not b.level and b.duration_ms > 0]
+    out = []
+    for gap in rows:
+        if gap.kind != "idle" or gap.duration_ms < min_ms:
+            continue
+        per: Dict[str, float] = {}
+        for b in work:
+            overlap = min(b.end_ms, gap.end_ms) - max(b.start_ms, gap.start_ms)
+            if overlap > 0:
+                per[b.kind] = per.get(b.kind, 0.0) + overlap
+        out.append((gap, sorted(per.items(), key=lambda kv: -kv[1])))
+    return out
+
+
+def gap_text(gap: Bar, fillers: List[Tuple[str, float]], most: int = 3) -> str:
+    """'device idle 64 ms: your code (measured) 44 ms, compile 20 ms' (fillers under 5% left out)."""
+    named = [f"{_GAP_NAME.get(k, _LEGEND_NAME.get(k, k))} {_fmt_ms(t)}" for k, t in fillers[:most]
+             if t >= 0.05 * gap.duration_ms]
+    return f"device idle {_fmt_ms(gap.duration_ms)}" + (": " + ", ".join(named) if named else "")
 
 
 def draw_timeline(events: Sequence[ev.Event], step_range: Optional[Tuple[int, int]] = None, ax=None,
                   title: Optional[str] = None, compact: bool = False, t0_ns: Optional[int] = None,
-                  clock: Optional[str] = None, device=None):
+                  clock: Optional[str] = None, device=None, first_step: Optional[int] = None):
     """Draw the timeline of ``events`` (optionally only steps ``step_range``, inclusive) and return
-    the matplotlib Figure. Compile markers: blue = first compile, red = recompile; host syncs
-    are red bars with a red diamond; dotted lines are mark_step boundaries. ``t0_ns``: the zero
-    of the time axis (default: the first event), for drawing a tail of a longer section (measured
-    clock only). ``clock``: "gaudi" (the Gaudi clock of ``device``, the default) or "measured";
-    the clock and card are named in the title."""
+    the matplotlib Figure. Compile markers: yellow = first compile, red = recompile; host syncs
+    are red bars with a red diamond; blue dots are HPU Graph replays; dotted lines are mark_step
+    boundaries, labelled with the section's own step count (step 1 is ``first_step``, by default the
+    first step of ``events``). Device-idle gaps of at least 10% of the window are labelled with what
+    the host did meanwhile. ``t0_ns``: the zero of the time axis (default: the first event), for
+    drawing a tail of a longer section (measured clock only). ``clock``: "gaudi" (the Gaudi clock of
+    ``device``, the default) or "measured"; the clock and card are named in the title."""
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
     from matplotlib.collections import LineCollection
     from matplotlib import transforms
 
     all_events, clock_label, retimed = on_clock(list(events), clock, device)
+    measured = retimed is None
     if retimed is not None:
         t0_ns = None                     # the Gaudi clock starts at 0 at the first event
     t0 = ns_origin(all_events) if t0_ns is None else t0_ns
+    base = first_step if first_step is not None else min((e.step for e in all_events), default=0)
     shown = in_steps(all_events, step_range)
     rows = timeline_rows(shown, t0=t0)
     lanes = lanes_of(shown) if shown else ["host"]
+    if any(b.lane == "user" for b in rows):
+        lanes = ["user"] + lanes
     own_figure = ax is None
+    left_in = 1.35 if compact else 1.75                      # room for the lane names
     if own_figure:                       # margins set by hand below (constrained layout draws twice)
-        h = (0.55 * len(lanes) + 1.0) if compact else (0.9 * len(lanes) + 2.3)
-        fig = Figure(figsize=(6.5, h) if compact else (12, h))
+        h = (0.6 * len(lanes) + 1.0) if compact else (0.85 * len(lanes) + 2.3)
+        fig = Figure(figsize=(6.5, h) if compact else (10, h))
         ax = fig.add_subplot()
+        axes_w_in = fig.get_size_inches()[0] - left_in - 0.2
+    else:
+        axes_w_in = ax.get_position().width * ax.figure.get_size_inches()[0]
     fig = ax.figure
     ypos = {lane: -i for i, lane in enumerate(lanes)}
     x0 = min((b.start_ms for b in rows), default=0.0)
     x1 = max((b.end_ms for b in rows), default=1.0)
     span = max(x1 - x0, 1e-3)
+    pt_per_ms = axes_w_in * 72 / (span * 1.02)
     dense = len(rows) > DENSE_ABOVE
     # zero-length spans get a visible sliver -- unless the window is dense, where a sliver per
     # bar would paint over everything (there, sub-pixel bars blend in proportion to their time)
@@ -345,45 +436,72 @@ def draw_timeline(events: Sequence[ev.Event], step_range: Optional[Tuple[int, in
                          linewidth=0.4)
             if kind == "idle":
                 style.update(edgecolor="#bbbbbb", hatch="////", linewidth=0)
-            if level:
-                style.update(alpha=0.55)
             ax.broken_barh([(b.start_ms, max(b.duration_ms, min_w)) for b in bars], (y, hgt),
                            gid=f"{lane}/{kind}", **style)
             if kind not in kinds_present:
                 kinds_present.append(kind)
 
-    # labels inside bars that are wide enough to hold them (in compact views, the capture and
-    # wait spans only: a long unlabelled band would be a mystery)
+    # labels inside bars, only where the label fits (else a shorter one, else none) and does not
+    # run into its neighbour's; enclosing spans are labelled in their band above the work
+    fs = max(FONT_MIN, 8.0 if not compact else FONT_MIN)
+    taken: Dict[tuple, List[Tuple[float, float]]] = {}
     for b in rows:
-        if compact and b.kind not in ("capture", "your code", "compile"):
+        if b.kind == "idle" or not b.label or (compact and b.kind not in ENCLOSING + ("your code", "compile")):
             continue
-        if b.kind != "idle" and b.duration_ms > span * (0.08 if not compact else 0.12) and b.label:
-            dy = 0.3 if b.level else 0.0
-            ax.text((b.start_ms + b.end_ms) / 2, ypos[b.lane] + dy, b.label, ha="center", va="center",
-                    fontsize=7 if not compact else 6, clip_on=True, color="black")
+        width_pt = max(b.duration_ms, min_w) * pt_per_ms
+        for text in (b.label, _short_label(b)):
+            text_pt = len(text) * fs * _CHAR_EM + 4
+            if text_pt > width_pt:
+                continue
+            mid = (b.start_ms + b.end_ms) / 2
+            half = text_pt / 2 / pt_per_ms
+            slot = taken.setdefault((b.lane, 0 if compact else b.level), [])   # compact: one row of text
+            if any(a < mid + half and mid - half < z for a, z in slot):
+                break
+            slot.append((mid - half, mid + half))
+            dy = 0.31 if b.level else 0.0
+            ax.text(mid, ypos[b.lane] + dy, text, ha="center", va="center", fontsize=fs, clip_on=True,
+                    color="black", gid="bar label")
+            break
 
     host_y = ypos["host"]
-    legend = [Patch(facecolor=COLORS.get(k, "#999999"), hatch="////" if k == "idle" else None,
-                    edgecolor="#bbbbbb" if k == "idle" else "none", label=_LEGEND_NAME.get(k, k))
-              for k in kinds_present]
+    legend = [_patch(k) for k in kinds_present]
+    marker_s = 60 if not compact else 30
 
     # compile markers above the host lane
     compiles = [e for e in shown if isinstance(e, ev.Compile)]
-    for first, color, name in ((True, COLORS["first compile"], "first compile"),
-                               (False, COLORS["recompile"], "recompile")):
+    for first, name in ((True, "first compile"), (False, "recompile")):
         xs = [ms(e.t_start, t0) for e in compiles if (e.reason == "first compile") == first]
         if xs:
-            ax.scatter(xs, [host_y + 0.45] * len(xs), marker="v", s=60 if not compact else 25, color=color,
+            ax.scatter(xs, [host_y + 0.45] * len(xs), marker="v", s=marker_s, color=COLORS[name],
                        zorder=5, edgecolor="black", linewidth=0.5, gid=name)
-            legend.append(Line2D([], [], marker="v", linestyle="none", color=color, markeredgecolor="black",
+            legend.append(Line2D([], [], marker="v", linestyle="none", color=COLORS[name], markeredgecolor="black",
                                  label=f"{name} ({len(xs)})"))
+    # replays: a dot each above the host lane (a replay's own host work is a sliver at this scale)
+    replays = [b for b in rows if b.kind == "replay"]
+    if replays and len(replays) <= 400:
+        ax.scatter([b.start_ms for b in replays], [host_y + 0.45] * len(replays), marker="o", s=marker_s * 0.6,
+                   color=COLORS["replay marker"], zorder=5, edgecolor="white", linewidth=0.5, gid="replay")
+        legend.append(Line2D([], [], marker="o", linestyle="none", color=COLORS["replay marker"],
+                             label=f"HPU Graph replay ({len(replays)})"))
     # host syncs below the host lane
     syncs = [e for e in shown if isinstance(e, ev.HostSync)]
     if syncs:
         ax.scatter([ms(e.t_start, t0) for e in syncs], [host_y - 0.42] * len(syncs), marker="D",
-                   s=30 if not compact else 12, color=COLORS["host sync"], zorder=5, gid="host sync")
+                   s=30 if not compact else 14, color=COLORS["host sync"], zorder=5, gid="host sync")
         legend.append(Line2D([], [], marker="D", linestyle="none", color=COLORS["host sync"],
                              label=f"host sync ({len(syncs)})"))
+
+    # device-idle gaps that decide the verdict: what the host did meanwhile
+    for gap, fillers in idle_gaps(rows, GAP_LABEL_FRACTION * span):
+        width_pt = gap.duration_ms * pt_per_ms
+        for most in (3, 2, 1, 0):
+            text = gap_text(gap, fillers, most)
+            if len(text) * fs * _CHAR_EM + 8 <= width_pt:
+                ax.text((gap.start_ms + gap.end_ms) / 2, ypos[gap.lane], text, ha="center", va="center",
+                        fontsize=fs, color="#333333", gid="gap label", clip_on=True,
+                        bbox=dict(boxstyle="round,pad=0.2", facecolor="white", edgecolor="#bbbbbb", alpha=0.9))
+                break
 
     # launch -> execution: the host returns at once, the device starts later (async, claim T9)
     execs = {e.launch_id: e for e in shown if isinstance(e, ev.DeviceExecution)}
@@ -393,29 +511,29 @@ def draw_timeline(events: Sequence[ev.Event], step_range: Optional[Tuple[int, in
         ax.add_collection(LineCollection(segs, colors="#555555", linewidths=0.6, alpha=0.5, gid="launch links"))
         legend.append(Line2D([], [], color="#555555", alpha=0.6, lw=0.8, label="launch \u2192 device start"))
 
-    # mark_step boundaries
-    marks = sorted((ms(e.t_end, t0), e.step) for e in shown if isinstance(e, ev.MarkStep))
+    # mark_step boundaries, numbered as the section's own steps (1 = first_step)
+    marks = sorted((ms(e.t_end, t0), e.step - base + 1) for e in shown if isinstance(e, ev.MarkStep))
     if marks:
         trans = transforms.blended_transform_factory(ax.transData, ax.transAxes)
         last_label = -1e18
-        axes_pt = fig.get_size_inches()[0] * 72 * 0.8          # roughly the axes width in points
         labelled = []
         for x, step in marks:
             text = f" end of step {step}"
-            fits = x + span * len(text) * 4.0 / axes_pt <= x1 + span * 0.02     # not cut off at the right
-            if (x - last_label) > span * (len(text) * 4.0 + 8) / axes_pt and fits:
+            text_ms = len(text) * fs * _CHAR_EM / pt_per_ms
+            fits = x + text_ms <= x1 + span * 0.01          # not cut off at the right
+            if x - last_label > text_ms + 4 / pt_per_ms and fits:
                 if not compact:
-                    ax.text(x, 1.0, text, transform=trans, fontsize=7, color="#555555",
-                            ha="left", va="bottom", rotation=0, clip_on=False)
+                    ax.text(x, 1.0, text, transform=trans, fontsize=fs, color="#555555",
+                            ha="left", va="bottom", rotation=0, clip_on=False, gid="step label")
                 labelled.append(x)
                 last_label = x
         # every boundary when they are few; only the labelled ones when they would grey the picture
         lines = [x for x, _ in marks] if len(marks) <= 150 else labelled
         ax.vlines(lines, 0, 1, transform=trans, colors="#777777", linestyles=":", linewidth=0.8,
                   zorder=0, gid="mark_step")
-        legend.append(Line2D([], [], color="#777777", linestyle=":", label="mark_step"))
+        legend.append(Line2D([], [], color="#777777", linestyle=":", label="mark_step (end of a step)"))
 
-    ax.set_yticks([ypos[l] for l in lanes], [_lane_title(l) for l in lanes], fontsize=8 if compact else 9)
+    ax.set_yticks([ypos[l] for l in lanes], [lane_title(l, measured) for l in lanes], fontsize=8 if compact else 9)
     ax.set_ylim(-len(lanes) + 0.4, 0.65)
     ax.set_xlim(x0 - span * 0.01, x1 + span * 0.01)
     ax.grid(axis="x", color="#e5e5e5", linewidth=0.6)
@@ -426,27 +544,29 @@ def draw_timeline(events: Sequence[ev.Event], step_range: Optional[Tuple[int, in
     v = _verdict(shown)
     steps = sorted({e.step for e in shown if isinstance(e, ev.MarkStep)})
     if title is None:
-        where = f"steps {step_range[0]}\u2013{step_range[1]}" if step_range else \
+        where = f"steps {step_range[0] - base + 1}\u2013{step_range[1] - base + 1}" if step_range else \
             (f"{len(steps)} steps" if steps else "no mark_step")
         title = f"Host and device timeline ({where}, {_fmt_ms(span)})"
     title = f"{title} \u2014 {clock_label}"
     ax.set_xlabel(("time since section start (ms)" if retimed is None else
                    f"modeled time on {retimed.card.device_name} (ms; your code measured)"), fontsize=8 if compact else 10)
     vcolor = {"host-bound": "#c0392b", "device-bound": "#1e7b34"}.get(v.bound, "#555555")
+    ncol = 1
     if compact:
         ax.set_title(f"{title}\n{v.text}", fontsize=9, loc="left", color="black")
-        ax.tick_params(labelsize=7)
+        ax.tick_params(labelsize=8)
     else:
         ax.set_title(title, fontsize=12, loc="left", pad=30)
         ax.annotate(v.text, xy=(0, 1), xycoords="axes fraction", xytext=(0, 13), textcoords="offset points",
                     fontsize=10, color=vcolor, fontweight="bold", ha="left", va="bottom", gid="verdict")
-        ncol = min(6, max(1, len(legend)))
+        ncol = legend_columns(legend, fig.get_size_inches()[0], 8.5)
         ax.legend(handles=legend, loc="lower center", bbox_to_anchor=(0.5, 0.005), bbox_transform=fig.transFigure,
-                  ncol=ncol, fontsize=8, frameon=False)
+                  ncol=ncol, fontsize=8.5, frameon=False)
     if own_figure:
         fw, fh = fig.get_size_inches()
-        left_in = 1.35 if compact else 1.75                      # room for the lane names
         top_in = 0.45 if compact else 0.8                        # title (+ verdict and step labels)
-        bottom_in = 0.42 if compact else 0.55 + 0.19 * -(-len(legend) // ncol) + 0.05
+        bottom_in = 0.42 if compact else 0.6 + 0.2 * -(-len(legend) // ncol) + 0.05
+        fig.set_size_inches(fw, fh + (0 if compact else 0.2 * -(-len(legend) // ncol) - 0.6))
+        fh = fig.get_size_inches()[1]
         fig.subplots_adjust(left=left_in / fw, right=1 - 0.2 / fw, top=1 - top_in / fh, bottom=bottom_in / fh)
     return fig
