@@ -139,6 +139,12 @@ def test_the_legend_lies_inside_its_figure(draw):
     fig.draw_without_rendering()                 # the layout as saved
     box, page = legend.get_window_extent(renderer), fig.bbox
     assert box.x0 >= page.x0 and box.x1 <= page.x1 and box.y0 >= page.y0, (box, page)
+    if draw == "timeline":                        # and the title, however long the section's name
+        long = tl.draw_timeline(evs, clock="gaudi", title="CPU fallback in the middle of device ops: host and "
+                                "device timeline")
+        long.draw_without_rendering()
+        title = long.axes[0].title if long.axes[0].get_title() else long.axes[0]._left_title
+        assert title.get_window_extent(renderer).x1 <= long.bbox.x1
 
 
 def test_lanes_are_named_by_what_they_are():

@@ -556,7 +556,9 @@ def draw_timeline(events: Sequence[ev.Event], step_range: Optional[Tuple[int, in
         ax.set_title(f"{title}\n{v.text}", fontsize=9, loc="left", color="black")
         ax.tick_params(labelsize=8)
     else:
-        ax.set_title(title, fontsize=12, loc="left", pad=30)
+        # a long title (section name, clock, card) shrinks to the figure's width rather than run off it
+        title_fs = max(9.0, min(12.0, (fig.get_size_inches()[0] - left_in) * 72 / (len(title) * _CHAR_EM)))
+        ax.set_title(title, fontsize=title_fs, loc="left", pad=30)
         ax.annotate(v.text, xy=(0, 1), xycoords="axes fraction", xytext=(0, 13), textcoords="offset points",
                     fontsize=10, color=vcolor, fontweight="bold", ha="left", va="bottom", gid="verdict")
         ncol = legend_columns(legend, fig.get_size_inches()[0], 8.5)
