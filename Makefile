@@ -3,6 +3,7 @@
 #   make test   set everything up, then run the whole test suite (pytest, nbval, browser test)
 #   make test-timing  the tests that read a wall or CPU clock to decide (left out of make test)
 #   make bench  set everything up, then run the benchmark
+#   make test-isa   the numerics and settings tests again on an older ISA, one core, one thread
 #   make notebooks  run every notebook from its source (notebooks/NN_*.py) and store its outputs
 #                   (NB=02 or NB="02 05": only these)
 # Set-up is idempotent and works on a fresh machine: a venv in .venv, torch==2.13.0 (CPU build)
@@ -24,7 +25,7 @@ RUN    := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" VIRTUAL_ENV="$(CURDIR)/$(VENV)" OM
 # Extra pytest arguments, e.g. make test PYTEST_ARGS='-m "not browser" -x'
 PYTEST_ARGS ?=
 
-.PHONY: help setup lab test test-timing bench notebooks bridge-suite client-suites fuzz chromium FORCE
+.PHONY: help setup lab test test-timing test-isa bench notebooks bridge-suite client-suites fuzz chromium FORCE
 FORCE:
 .DEFAULT_GOAL := help
 
@@ -32,6 +33,7 @@ help:
 	@echo "make lab    set up, then open JupyterLab on notebooks/ (optional PORT=8888 IP=127.0.0.1)"
 	@echo "make test   set up, then run pytest on tests/ (browser test included) and nbval on notebooks/"
 	@echo "make test-timing  the tests that read a wall or CPU clock (pytest -m timing; not in make test)"
+	@echo "make test-isa  set up, then run the numerics and settings tests on an older ISA, pinned to one core"
 	@echo "make bench  set up, then run python -m hpu_lab.bench"
 	@echo "make notebooks  set up, then run the notebooks from their .py sources into the .ipynb (NB=02 for one)"
 	@echo "make bridge-suite BRIDGE=<gaudi-pytorch-bridge checkout>  run Intel's lazy-mode bridge tests on hpu_lab"
@@ -97,6 +99,34 @@ test: setup
 # quiet machine, not in make test, which must pass on any machine, busy or idle.
 test-timing: setup
 	$(RUN) $(PY) -m pytest tests/ -m timing $(PYTEST_ARGS)
+
+# The tests whose results come from this CPU's kernels (oneDNN convolutions and matmuls, bf16
+# paths, reductions split by thread), run again on another CPU: oneDNN capped at an older ISA
+# (ONEDNN_MAX_CPU_ISA), ATen's vector kernels at another width (ATEN_CPU_CAPABILITY), one core and
+# one thread. A test that assumes what the machine it was written on does (AMX, avx512_bf16, many
+# cores) fails here first, not in a user's first `make test`. CI runs it after `make test`.
+# ISA_ONEDNN / ISA_ATEN override the levels (e.g. make test-isa ISA_ONEDNN=SSE41 ISA_ATEN=default).
+ISA_TESTS := tests/test_run_settings.py tests/test_thread_count.py tests/test_amp.py tests/test_hmp.py \
+  tests/test_hmp_shape_inference.py tests/test_linear_ce.py tests/test_channels_last.py tests/test_layouts.py \
+  tests/test_gradients_like_cpu.py tests/test_core_training.py tests/test_fused_sdpa.py tests/test_sdpa_one_node.py \
+  tests/test_scaled_mm.py tests/test_quant_ops.py
+ifeq ($(shell uname -m),aarch64)
+ISA_ONEDNN ?= ADVANCED_SIMD
+ISA_ATEN ?= default
+else
+ISA_ONEDNN ?= AVX2
+ISA_ATEN ?= avx2
+endif
+ISA_ENV := ONEDNN_MAX_CPU_ISA=$(ISA_ONEDNN) ATEN_CPU_CAPABILITY=$(ISA_ATEN) OMP_NUM_THREADS=1
+test-isa: setup
+	@cpu=$$($(PY) -c 'import os; print(min(os.sched_getaffinity(0)))'); \
+	if command -v taskset >/dev/null 2>&1; then pin="taskset -c $$cpu"; \
+	else pin=""; echo "WARNING: taskset not found: the ISA run is not pinned to one core"; fi; \
+	$(RUN) $(ISA_ENV) $$pin $(PY) -c 'import os, sys, torch; \
+	print("== test-isa: ATen", torch.backends.cpu.get_cpu_capability(), "| threads", torch.get_num_threads(), \
+	"| cores", sorted(os.sched_getaffinity(0)), flush=True); torch._C._verbose.mkldnn_set_verbose(1); \
+	torch.nn.functional.conv2d(torch.randn(8, 16, 32, 32), torch.randn(16, 16, 3, 3))' | grep -E "^== test-isa|isa:"; \
+	$(RUN) $(ISA_ENV) $$pin $(PY) -m pytest $(ISA_TESTS) $(PYTEST_ARGS)
 
 bench: setup
 	$(RUN) $(PY) -m hpu_lab.bench

@@ -93,6 +93,9 @@ try:
     from . import formulas as _formulas  # noqa: E402
 
     _formulas.install()         # prod's backward: the formula CPU picks
+    from . import composite_outs as _composite_outs  # noqa: E402
+
+    _composite_outs.install()   # matrix_rank(out=) writes out (torch's subclass branch did not)
     from . import distributed as _distributed  # noqa: E402,F401  # init_process_group("hccl") (REFERENCE 7)
 
     from . import _disk_hooks  # noqa: E402

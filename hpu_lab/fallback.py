@@ -20,6 +20,7 @@ a list = those ops are placed on the CPU and only they may fall back.
 from __future__ import annotations
 
 import atexit
+import warnings
 from collections import Counter
 
 import torch
@@ -129,6 +130,8 @@ def checked(orig):
 
 
 def _overloads(name):
+    if name.count("::") != 1:
+        return []                         # not a namespace::op name: no op
     ns, op = name.split("::")
     packet = getattr(getattr(torch.ops, ns), op, None)
     if packet is None:
@@ -136,13 +139,28 @@ def _overloads(name):
     return [getattr(packet, o) for o in packet.overloads()]
 
 
+class PlaceOnCpuWarning(UserWarning):
+    """PT_HPU_PLACE_ON_CPU names an op that does not exist (a typo places nothing on the CPU)."""
+
+
+_unknown_warned: set = set()
+
+
 def checked_ops() -> list:
-    """The ops that must pass the check first: the dtype table's and PT_HPU_PLACE_ON_CPU's."""
+    """The ops that must pass the check first: the dtype table's and PT_HPU_PLACE_ON_CPU's. A name
+    in PT_HPU_PLACE_ON_CPU that is no op is said once: the bridge takes the list as it is, so a
+    typo ("digama") silently placed nothing, and with a list set no other op may fall back."""
     names = set(UNSUPPORTED_DTYPES)
     try:
-        names |= set(config.get("PT_HPU_PLACE_ON_CPU") or ())
+        placed = config.get("PT_HPU_PLACE_ON_CPU") or ()
     except config.ConfigError:
-        pass                              # reported where the setting is used
+        placed = ()                       # reported where the setting is used
+    unknown = sorted(n for n in placed if not _overloads(n))
+    if unknown and frozenset(unknown) not in _unknown_warned:
+        _unknown_warned.add(frozenset(unknown))
+        warnings.warn(f"PT_HPU_PLACE_ON_CPU: no op named {', '.join(unknown)}: it places nothing on the "
+                      "CPU (names are aten ops, e.g. aten::digamma or digamma)", PlaceOnCpuWarning, stacklevel=2)
+    names |= set(placed)
     return [func for name in sorted(names) for func in _overloads(name)]
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from typing import Optional
 from xml.sax.saxutils import escape, quoteattr
 
@@ -158,13 +159,32 @@ def dump_graph(summary: ev.GraphSummary, path: str, fmt: str = "graphml") -> str
 GRAPH_DUMP_DIR = ".graph_dumps"
 
 
+class GraphDumpWarning(UserWarning):
+    """GRAPH_VISUALIZATION is on but a dump cannot be written: said once, the program runs on."""
+
+
+_dump_failed: set = set()    # the settings under which writing a dump failed (warned once for them)
+
+
 def dump_graph_if_enabled(summary: Optional[ev.GraphSummary], name: str) -> Optional[str]:
     """If GRAPH_VISUALIZATION is on, write ./.graph_dumps/<PT_HPU_GRAPH_DUMP_PREFIX><name>.<fmt>
-    (fmt from PT_HPU_GRAPH_DUMP_FORMAT) and return its path; else do nothing and return None."""
+    (fmt from PT_HPU_GRAPH_DUMP_FORMAT) and return its path; else do nothing and return None.
+    A dump that cannot be written (./.graph_dumps is a file, a prefix too long for a file name, a
+    read-only folder) is said once, naming the setting and the error; the compile goes on."""
     if summary is None or not config.get("GRAPH_VISUALIZATION"):
         return None
     fmt = config.get("PT_HPU_GRAPH_DUMP_FORMAT")
     prefix = config.get("PT_HPU_GRAPH_DUMP_PREFIX")
-    os.makedirs(GRAPH_DUMP_DIR, exist_ok=True)
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in f"{prefix}{name}")
-    return dump_graph(summary, os.path.join(GRAPH_DUMP_DIR, f"{safe}.{fmt}"), fmt)
+    try:
+        os.makedirs(GRAPH_DUMP_DIR, exist_ok=True)
+        return dump_graph(summary, os.path.join(GRAPH_DUMP_DIR, f"{safe}.{fmt}"), fmt)
+    except OSError as err:
+        key = (os.path.abspath(GRAPH_DUMP_DIR), prefix, fmt)
+        if key not in _dump_failed:
+            _dump_failed.add(key)
+            warnings.warn(f"GRAPH_VISUALIZATION=true: cannot write the graph dump "
+                          f"{os.path.join(GRAPH_DUMP_DIR, safe)}.{fmt} (PT_HPU_GRAPH_DUMP_PREFIX={prefix!r}; "
+                          f"{type(err).__name__}: {err.strerror or err}); a dump that cannot be written is skipped "
+                          "(said once), the program runs on", GraphDumpWarning, stacklevel=2)
+        return None

@@ -18,16 +18,18 @@ import warnings
 import torch
 
 from .tensor import HPUTensor, Inp, contiguous_strides, new_storage_tensor
+from .view_ops import set_view_meta
 
 _CPU_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
 
 
-def rebind(t: HPUTensor, size) -> HPUTensor:
-    """Make ``t`` a contiguous tensor of ``size`` on a fresh (uninitialised) storage, in place."""
+def rebind(t: HPUTensor, size, stride=None) -> HPUTensor:
+    """Make ``t`` a tensor of ``size`` on a fresh (uninitialised) storage, in place: contiguous, or
+    laid out as ``stride`` (a dense layout, e.g. the column-major one a linalg kernel gives)."""
     size = tuple(int(s) for s in size)
     if any(s < 0 for s in size):
         raise RuntimeError(f"Trying to create tensor with negative dimension {min(size)}: {list(size)}")
-    stride = contiguous_strides(size)
+    stride = contiguous_strides(size) if stride is None else tuple(int(s) for s in stride)
     fresh = new_storage_tensor(size, stride, t.dtype, Inp(meta=(size, stride, t.dtype)))
     # the TensorImpl's sizes, strides and (empty, metadata-only) storage: CPU's set_ only rewrites them
     torch.ops.aten.set_.source_Storage_storage_offset.redispatch(
@@ -36,24 +38,37 @@ def rebind(t: HPUTensor, size) -> HPUTensor:
     return t
 
 
-def resize_output(out: HPUTensor, shape) -> None:
-    """``at::native::resize_output``: what an ``out=`` argument of the wrong shape gets on CPU."""
+def resize_output(out: HPUTensor, shape, stride=None) -> bool:
+    """``at::native::resize_output``: what an ``out=`` argument of the wrong shape gets on CPU;
+    whether it was resized. ``stride``: the layout the kernel asks for, which a resized ``out``
+    takes (CPU's structured kernels restride an out they resized: ``resize_out``; a linalg kernel
+    lays it out column-major); an ``out`` of the right shape keeps its own."""
     shape = tuple(shape)
     if tuple(out.shape) == shape:
-        return
+        return False
     if out.numel() != 0:
         warnings.warn(
             f"An output with one or more elements was resized since it had shape {list(out.shape)}, which "
             f"does not match the required output shape {list(shape)}. This behavior is deprecated, and in "
             "a future PyTorch release outputs will not be resized unless they have zero elements. You can "
             "explicitly reuse an out tensor t by resizing it, inplace, to zero elements with t.resize_(0).")
-    rebind(out, shape)
+    dense = stride is not None and torch._prims_common.is_non_overlapping_and_dense_or_false(
+        torch.empty_strided(shape, stride, device="meta"))
+    rebind(out, shape, stride if dense else None)
+    return True
 
 
-def resize_(t: HPUTensor, size, copy) -> HPUTensor:
+def resize_(t: HPUTensor, size, copy, memory_format=None) -> HPUTensor:
     """``t.resize_(size)``: keeps the first elements of a contiguous tensor (``copy(dst, src)`` writes
-    them), the rest uninitialised."""
+    them), the rest uninitialised. ``memory_format`` (channels_last, ...) lays the result out as
+    CPU's resize_ does (restrided after the resize, over the same first elements)."""
     size = tuple(int(s) for s in size)
+    if memory_format not in (None, torch.contiguous_format, torch.preserve_format):
+        resize_(t, size, copy)
+        stride = torch.empty(size, device="meta", memory_format=memory_format).stride()
+        if tuple(t.stride()) != stride:
+            set_view_meta(t, size, stride, 0)
+        return t
     if tuple(t.shape) == size:
         return t
     if not t.is_contiguous():

@@ -62,6 +62,12 @@ def _random_on_host(func, args, kwargs):
 
 _DATA_DEPENDENT_NAMES = {f._schema.name for f in ops.DATA_DEPENDENT}
 
+# aten::_unsafe_view is a view autograd does not track: its result shares the input's memory (torch's
+# composite kernels call it on a fresh result, then write through it: kron(out=o) views o and
+# mul_(out=)s into the view). As a graph node it copied, and the write never reached o: kron(out=)
+# left o's memory as it was, silently. So it is routed as the view it is.
+_UNSAFE_VIEW = torch.ops.aten._unsafe_view.default
+
 
 def resolve(func):
     """The handler of an op, in the order of docs/ARCHITECTURE.md (dispatch caches it)."""
@@ -79,6 +85,8 @@ def resolve(func):
     if ops.is_composite(func):
         return special_ops.composite     # whole under inference_mode: its parts, as a C++ backend's
     info = ops.inplace_info(func)
+    if func is _UNSAFE_VIEW:
+        return view_ops.view_op
     if ops.is_view(func):
         return view_ops.inplace_view if info is not None and info[0] else view_ops.view_op
     if info is not None and info[2] is not None and ops.is_view(info[2]):

@@ -88,6 +88,15 @@ def to_copy(func, args, kwargs):
     return lazy_op(func, args, kwargs)
 
 
+def complex_on_cpu(func, args, kwargs):
+    """``torch.complex(real, imag)`` of hpu tensors returns a CPU tensor, as the bridge's kernel does
+    (``complex_hpu``: ``at::native::complex(real.to("cpu"), imag.to("cpu"))``): Gaudi has no complex
+    dtypes, so what follows runs on the CPU (Intel's test_complex asserts the device is cpu)."""
+    real, imag = args[0], args[1] if len(args) > 1 else kwargs["imag"]
+    return torch.complex(*(to_cpu(t, "torch.complex: complex values live on the CPU") if isinstance(t, HPUTensor)
+                           else t for t in (real, imag)))
+
+
 def local_scalar_dense(func, args, kwargs):
     return to_cpu(args[0], "bool/float/int of a tensor").item()
 
@@ -167,7 +176,19 @@ def native_dropout_backward(func, args, kwargs):
 
 
 def resize_(func, args, kwargs):
-    return _resize.resize_(args[0], args[1], lambda dst, src: copy_(None, (dst, src), {}))
+    fmt = kwargs.get("memory_format", args[2] if len(args) > 2 else None)
+    return _resize.resize_(args[0], args[1], lambda dst, src: copy_(None, (dst, src), {}), fmt)
+
+
+def resize_as_(func, args, kwargs):
+    """``t.resize_as_(other)``: ``t.resize_(other.shape)``, as CPU's; with memory_format=preserve, in
+    the layout ``other`` suggests. (It took the generic in-place path: the wrapper kept its old shape
+    while its storage was bound to the new one, and the next read failed.)"""
+    t, other = args[0], args[1]
+    fmt = kwargs.get("memory_format", args[2] if len(args) > 2 else None)
+    if fmt is torch.preserve_format:
+        fmt = torch._prims_common.suggest_memory_format(other)
+    return _resize.resize_(t, tuple(other.shape), lambda dst, src: copy_(None, (dst, src), {}), fmt)
 
 
 def lift_fresh(func, args, kwargs):
@@ -224,10 +245,20 @@ def _stats_dtype(x, w, *stats):
             for t in stats]
 
 
+# out= kernels of CPU that resize the out contiguous and copy the result into it, whatever the
+# result's layout (the rest take the layout of their result when they resize: torch's structured
+# kernels restride a resized out, the linalg ones column-major). Found by comparing every OpInfo op's
+# out= layout with CPU's (tests/test_out_layouts.py).
+_CONTIGUOUS_OUT = frozenset({aten._fft_r2c.out, aten._fft_c2r.out, aten._fft_c2c.out, aten.cholesky.out})
+
+
 def out_variant(func, args, kwargs):
-    """``op(..., out=t)``: compute into fresh buffers and write them into the out tensors."""
+    """``op(..., out=t)``: compute into fresh buffers and write them into the out tensors. An out of
+    the wrong shape is resized, and takes the layout CPU's kernel gives its result (the functional
+    form's: column-major for linalg kernels); a list ``out=`` (``split_with_sizes_copy``) is written
+    tensor by tensor."""
     out_kw = ops.inplace_info(func)[1]
-    outs = [kwargs[k] for k in out_kw]
+    outs = [o for k in out_kw for o in (kwargs[k] if isinstance(kwargs[k], (list, tuple)) else (kwargs[k],))]
     kw = {k: v for k, v in kwargs.items() if k not in out_kw}
     # the functional form: the same op without out= (e.g. arange.start_out -> arange.start)
     name = func._schema.name.split("::")[1]
@@ -243,8 +274,12 @@ def out_variant(func, args, kwargs):
                 continue
             res_list = res if isinstance(res, (list, tuple)) else [res]
             for o, r in zip(outs, res_list):
-                _resize.resize_output(o, r.shape)      # as stock PyTorch: resized, warned if non-empty
+                # as stock PyTorch: resized (warned if non-empty) and laid out as CPU's out kernel
+                # lays it out: as its result, or contiguous (_CONTIGUOUS_OUT)
+                _resize.resize_output(o, r.shape, None if func in _CONTIGUOUS_OUT else r.stride())
                 copy_(None, (o, r), {})
+            if not func._schema.returns:
+                return None
             return outs[0] if len(outs) == 1 else tuple(outs)
     raise NotImplementedError(f"{ops.op_name(func)} with out= is not supported on hpu")
 
@@ -301,9 +336,11 @@ HANDLERS = {    # the router's special-op table starts as this (route.py owns it
     aten.copy_.default: copy_,
     aten._to_copy.default: to_copy,
     aten._local_scalar_dense.default: local_scalar_dense,
+    aten.complex.default: complex_on_cpu,
     aten.native_dropout.default: native_dropout,
     aten.native_dropout_backward.default: native_dropout_backward,
     aten.resize_.default: resize_,
+    aten.resize_as_.default: resize_as_,
     aten.set_.source_Tensor: objmodel.set_,
     aten.set_.source_Storage: objmodel.set_,
     aten.set_.source_Storage_storage_offset: objmodel.set_,

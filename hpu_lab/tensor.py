@@ -248,6 +248,17 @@ class HPUTensor(torch.Tensor):
             return self.item().__format__(spec)
         return object.__format__(self, spec)
 
+    def __setitem__(self, index, value):
+        # torch's set_item fills a basic-indexed view with a 0-dim value by fill_ when the value is
+        # a CPU tensor, and copies its expansion otherwise (copy_to, TensorIndexing.h). CPU's fill_
+        # reads the value first, so writing an element into a view of itself is accepted
+        # (t1[0:1:3] = t1.squeeze(0)), where copy_ of the expansion refuses the overlap. The same
+        # branch for a 0-dim hpu value, so that hpu does what CPU does.
+        if type(value) is HPUTensor and not value._size and _basic_index(index):
+            super().__getitem__(index).fill_(value)
+            return
+        super().__setitem__(index, value)
+
     def __reduce_ex__(self, proto):
         # torch.save / pickle: as CPU saves a tensor, a view of its storage's host copy, storages
         # shared (serialization.py); torch.load (weights_only too) rebuilds it with torch's functions
@@ -287,6 +298,15 @@ def _plain_read(t) -> bool:
         if s != 1:
             return False
     return not (_dispatch_modes() or _function_modes() or _profiling())
+
+
+def _basic_index(index) -> bool:
+    """An index torch's set_item takes as slicing only (ints, slices, None, Ellipsis): the written
+    view is ``t[index]``, not an index_put_."""
+    for i in index if type(index) is tuple else (index,):
+        if not (i is None or i is Ellipsis or type(i) in (int, slice)):
+            return False
+    return True
 
 
 _GRAD_WARNING = [True]     # torch's .item() has not warned of requires_grad in this process yet

@@ -56,3 +56,35 @@ def test_gradient_through_an_aliased_inplace_op():
         t.pow(2).sum().backward()
         grads.append(w.grad.cpu())
     assert torch.equal(grads[1], grads[0])
+
+
+SETITEM = {
+    # a random program's line: CPU's set_item fills the view with the 0-dim value (fill_ reads it
+    # first); hpu took torch's other branch, a copy_ of its expansion, and refused the overlap
+    "a one-element view of itself": lambda t: t.__setitem__(slice(0, 1, 3), t.squeeze(0)),
+    "a row from an element of it": lambda t: t.view(3, 4).__setitem__((1, slice(None)), t[5]),
+    "an element onto a strided slice": lambda t: t.__setitem__((Ellipsis, slice(None, None, 2)), t[3]),
+    "an element into itself": lambda t: t.__setitem__(2, t[2]),
+    "through a mask (index_put_)": lambda t: t.__setitem__(t > 4, t[3]),
+    "a 1-element tensor (copy_, CPU refuses)": lambda t: t.__setitem__(slice(0, 1, 3), t[:1].view(1)),
+}
+
+
+@pytest.mark.parametrize("lazy", ["1", "0"])
+@pytest.mark.parametrize("shape", [(1,), (12,)])
+@pytest.mark.parametrize("case", sorted(SETITEM))
+def test_setitem_of_a_view_of_itself_is_cpus(case, shape, lazy):
+    config.set(PT_HPU_LAZY_MODE=lazy)
+    res = []
+    for dev in ("cpu", "hpu"):
+        t = (torch.arange(float(shape[0])) + 5).to(dev)
+        try:
+            SETITEM[case](t)
+            err = None
+        except (RuntimeError, IndexError) as e:      # (on 1 element some indices are out of range)
+            err = (type(e), str(e))
+        if lazy == "1":
+            htcore.mark_step()
+        res.append((err, t.cpu(), t._version))
+    assert res[1][0] == res[0][0]
+    assert torch.equal(res[1][1], res[0][1]) and res[1][2] == res[0][2]

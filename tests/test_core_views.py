@@ -138,6 +138,7 @@ def test_data_ptr_tells_storages_apart_as_a_device_does():
             assert m[0].weight.data_ptr() == m[1].weight.data_ptr() != m[0].bias.data_ptr()
             m2 = copy.deepcopy(m)                  # torch's deepcopy still clones through the device
             assert m2[0].weight.data_ptr() not in (0, m[0].weight.data_ptr())
+            assert m2[0].weight.data_ptr() == m2[1].weight.data_ptr()      # the tie is copied as a tie
             assert torch.equal(m2[0].weight.cpu(), m[0].weight.cpu())
         finally:
             config.reload()

@@ -167,6 +167,9 @@ def test_lazy_collectives_and_multicard_hpu_graph_inference():
         assert lz["big"] == [4.0, 4.0] and k["lane"] == "hpu:0" and k["ring_ns"] > 0
         assert k["collective_ns"] == k["ring_ns"] and k["inside_its_launch"] and k["sync_after_it"]
         assert k["spans"] == ["execute", "collective"]
+        # and an .item() of an all-reduced value waits for the collective, which ends its launch
+        assert lz["item"] == 3.0
+        assert lz["item_clock"] == {"reason": ".item()", "launch_ends_with_it": True, "read_after_it": True}
         # claim I7, with it: wrap_in_hpu_graph captures the tensor-parallel forward and replays it
         w = r["with"]
         assert w["max_abs_diff_vs_cpu"] <= 1e-5
@@ -443,6 +446,17 @@ def scenario_lazy():
                    "inside_its_launch": ex.t_start <= coll.t_start and coll.t_end <= ex.t_end,
                    "sync_after_it": sync.t_end >= coll.t_end,
                    "spans": [s.kind for s in r.spans[coll.lane]]}
+    # .item() of the all-reduced value, no mark_step: the read launches the graph and waits for it
+    with ev.Collector() as c:
+        y = big * (rank + 1)
+        dist.all_reduce(y)
+        lz["item"] = y[1].item()
+    r = pm.retime(c.events, "gaudi2")
+    (coll,) = [e for e in r.events if isinstance(e, ev.Collective)]
+    (ex,) = [e for e in r.events if isinstance(e, ev.DeviceExecution)]
+    (sync,) = [e for e in r.events if isinstance(e, ev.HostSync) and e.launch_id]
+    lz["item_clock"] = {"reason": sync.reason, "launch_ends_with_it": coll.t_end == ex.t_end > coll.t_start,
+                        "read_after_it": sync.t_end >= coll.t_end}
     out["lazy"] = lz
 
     # multi-card HPU Graph inference (seed 001): capture once, replay with new inputs

@@ -137,3 +137,19 @@ def test_no_console_output_without_the_log_settings():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout == ""
+
+
+@pytest.mark.parametrize("lazy_mode", ["1", "0"])
+@pytest.mark.parametrize("part, whole", [(torch.float32, torch.complex64), (torch.float64, torch.complex128)])
+def test_torch_complex_of_hpu_tensors_is_a_cpu_tensor_as_on_the_bridge(part, whole, lazy_mode, collect):
+    """Intel's test_complex (tests/pytest_working/lazy): the bridge's kernel for torch.complex returns
+    a CPU tensor (Gaudi has no complex dtypes), and what follows runs on the CPU. hpu_lab kept it on
+    hpu. Not a CPU fallback: no fallback event, count or log line, as the bridge's is an override."""
+    config.set(PT_HPU_LAZY_MODE=lazy_mode)
+    real, imag = torch.tensor([1, 2], dtype=part), torch.tensor([3, 4], dtype=part)
+    z = 2 * torch.complex(real, imag) + 1.0
+    z_h = 2 * torch.complex(real.to("hpu") * 1, imag.to("hpu")) + 1.0
+    assert str(z_h.device) == "cpu" and z_h.dtype == whole
+    assert torch.equal(z_h, z)
+    assert collect.of(ev.CPUFallback) == []
+    assert "torch.complex: complex values live on the CPU" in [e.reason for e in collect.of(ev.HostSync)]

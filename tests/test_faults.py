@@ -4,7 +4,8 @@ that it is reported clearly, once, and that the next, unrelated work runs and is
 
 Related cases kept elsewhere: tests/test_disk_cache.py (damaged, forged and mismatched recipe
 files; four processes sharing a small cache), tests/test_memory_oom.py (graph OOM and recovery),
-tests/test_config.py (every setting validated when read), tests/test_graphs_capture.py.
+tests/test_config.py (every setting validated when read), tests/test_faults_settings.py (every setting
+set to a bad value with its companion flag), tests/test_graphs_capture.py.
 """
 import gc
 import json

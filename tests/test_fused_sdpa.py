@@ -147,7 +147,8 @@ def test_one_node_forward_one_node_backward(recompute):
         out.backward(torch.ones_like(out))
         htcore.mark_step()
     ufwd, ubwd = [[n for n in e.graph.nodes if n.op not in HELPERS] for e in c.events]
-    assert len(ufwd) >= 5 and len(ubwd) >= 8               # scale, matmul, softmax, matmul, ... and their grads
+    # matmul, scale, softmax, matmul and their grads (matmul's _unsafe_view of its result is a view)
+    assert len(ufwd) >= 4 and len(ubwd) >= 8
 
 
 def test_inference_without_grad():

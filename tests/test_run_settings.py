@@ -282,7 +282,6 @@ def test_the_device_flushes_denormals_as_torch_set_flush_denormal_last_said():
     try:
         for mode in (True, False, True):
             if not torch.set_flush_denormal(mode):
-                import pytest
                 pytest.skip("this CPU cannot flush denormals")
             got = (x.to("hpu") * 0.5).cpu()
             assert torch.equal(_bits(got), _bits(x * 0.5)), mode
@@ -297,7 +296,8 @@ def test_a_product_traced_before_set_flush_denormal_keeps_its_denormals():
     x = torch.full((8,), 1e-39)
     y = x.to("hpu") * 0.5
     try:
-        torch.set_flush_denormal(True)
+        if not torch.set_flush_denormal(True):
+            pytest.skip("this CPU cannot flush denormals, so the mode cannot change the product")
         htcore.mark_step()
         got = y.cpu()
     finally:
@@ -318,6 +318,14 @@ def test_a_conv_traced_before_onednn_is_switched_gives_cpus_numbers():
         warnings.simplefilter("ignore")                    # torch: TF32 on oneDNN needs an Intel GPU
         with torch.backends.mkldnn.flags(enabled=False):
             off = conv(x, w)
+    if torch.equal(on, off):
+        # a CPU (or build) where oneDNN's convolution and ATen's own give the same bits, or oneDNN
+        # does not take this conv at all (e.g. not built with it, or an aarch64 build without ACL)
+        pytest.skip("switching oneDNN off does not change this float32 conv2d on this CPU, so no "
+                    "result can show which mode the device ran it in")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with torch.backends.mkldnn.flags(enabled=False):
             y_off = conv(x.to("hpu"), w.to("hpu"))      # traced with oneDNN off, launched after
     y_on = conv(x.to("hpu"), w.to("hpu"))
     # torch's own test helpers freeze the knobs' assignment (disable_global_flags), and an earlier
@@ -329,7 +337,6 @@ def test_a_conv_traced_before_onednn_is_switched_gives_cpus_numbers():
             got_off, got_on = y_off.cpu(), y_on.cpu()
         finally:
             torch.backends.mkldnn.enabled = True
-    assert not torch.equal(on, off)                        # the knob matters here: the test can fail
     assert torch.equal(got_off, off) and torch.equal(got_on, on)
 
 

@@ -178,6 +178,32 @@ def test_section_waits_for_launches_still_on_the_device():
     assert [e.kind for e in s.events] == ["Launch", "DeviceExecution"]
 
 
+def test_section_waits_for_a_device_slower_than_two_seconds():
+    """The section waited at most 2 s for the device: a launch still queued behind longer work
+    (a loaded machine, a big recipe) was left out of its events, so its counts depended on load.
+    Here the device is held (a host function in stream order waits on a gate, opened 2.5 s after
+    the block's last line) while the block's graph is launched behind it."""
+    import torch
+    import hpu_lab.core as htcore
+    from hpu_lab.runtime import executor
+    gate = threading.Event()
+    x = torch.ones(3, device="hpu")
+    htcore.mark_step()
+    torch.hpu.synchronize()                                   # its execution not in the section
+    try:
+        with widgets.section("a slow device") as s:
+            executor.stream(0).submit_fn(gate.wait)
+            y = x * 2
+            htcore.mark_step()
+            threading.Timer(2.5, gate.set).start()
+        assert gate.is_set()                                  # it waited for the device
+        (launch,) = s.of(ev.Launch)
+        assert [e.launch_id for e in s.of(ev.DeviceExecution)] == [launch.launch_id]
+    finally:
+        gate.set()
+    assert y.cpu().tolist() == [2.0, 2.0, 2.0]
+
+
 def test_section_records_even_when_the_block_raises():
     with pytest.raises(ValueError):
         with widgets.section("broken") as s:

@@ -83,11 +83,14 @@ class Section:
         return f"<Section {self.title!r}: {len(self.events)} events>"
 
 
-def _await_device(events: list, timeout: float = 2.0) -> None:
+def _await_device(events: list) -> None:
     """Launches of the block may still be running on the device when the block ends: wait
     (passively, without a sync) for their DeviceExecution events so the timeline is complete.
     Woken by the events themselves, not by polling. ``events``: the section's EventLog items (the
-    op runs in it are not built: only launches count)."""
+    op runs in it are not built: only launches count). No time limit: the device reports every
+    launch it runs, failed or not, before the launch counts as done (runtime/executor.py), and a
+    section cut at a fixed wait (it was 2 s) lost the last executions whenever the device took
+    longer, on a loaded machine or a big recipe, so its counts and timeline depended on load."""
     done = threading.Event()
 
     def complete() -> bool:
@@ -105,7 +108,7 @@ def _await_device(events: list, timeout: float = 2.0) -> None:
 
     with ev.subscribe(on_execution, [ev.DeviceExecution]):
         if not complete():
-            done.wait(timeout)
+            done.wait()
 
 
 @contextlib.contextmanager
