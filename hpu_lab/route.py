@@ -82,9 +82,11 @@ def resolve(func):
         return _random_on_host
     if ops.is_composite_view(func):
         return special_ops.composite     # torch's own decomposition: a copy where it copies
-    if ops.is_composite(func):
-        return special_ops.composite     # whole under inference_mode: its parts, as a C++ backend's
     info = ops.inplace_info(func)
+    if ops.is_composite(func) and not (info is not None and info[1]):
+        # whole under inference_mode: its parts, as a C++ backend's. Not an out= overload: torch's
+        # composite rebinds its result for a tensor subclass instead of writing the out (matrix_rank)
+        return special_ops.composite
     if func is _UNSAFE_VIEW:
         return view_ops.view_op
     if ops.is_view(func):
