@@ -485,6 +485,44 @@ assert us["seed MLP, batch 200"]["gaudi"] > us["seed MLP, batch 200"]["gaudi2"] 
 # - Times come from the Gaudi clock: the recorded work re-timed on a modeled Gaudi, Gaudi 2 or Gaudi 3.
 #
 # ## Exercises
-# 1. Remove the first `htcore.mark_step()` from `train` and rerun sections 3–4. How many launches per step now, and how many nodes in each graph?
-# 2. Train with `batch_size=256` (1600 is not a multiple of 256). Which step recompiles, and what reason does the Recompiles tab give?
-# 3. Add `print(loss.item())` inside the loop. What does the Timeline show at each print?
+#
+# Each exercise has a check cell: change the code it names, run `my_epoch` through the check with your answer, and it says *right*, *wrong* or *not yet*, and why, from what the emulator recorded (never from a time). Run as it is, every check says "not yet".
+#
+# `my_epoch` trains a fresh model for one epoch with **your** `train` (section 3's cell: edit it there and re-run it) and a loader of the batch size you pass:
+
+# %%
+from hpu_lab import lab
+
+def my_epoch(batch_size=200):
+    torch.manual_seed(0)
+    m = Net().to(device)
+    loader = torch.utils.data.DataLoader(train_set, batch_size=batch_size)
+    return train(m, device, loader, torch.optim.Adadelta(m.parameters(), lr=0.1))
+
+# %% [markdown]
+# **1.** Remove the first `htcore.mark_step()` from `train` and re-run its cell. How many launches per step now, and how many nodes in the graph? (Open the Graph tab of a section run with your `train` to see it.)
+
+# %%
+answer_1 = None                      # launches per step
+lab.check("00.1", my_epoch, answer_1)
+
+# %% [markdown]
+# **2.** Train with `batch_size=256` (1600 is not a multiple of 256): change the 200 below. Which step (counting from 1) recompiles, and what reason does the Recompiles tab give?
+
+# %%
+answer_2 = None                      # the step that recompiles
+lab.check("00.2", lambda: my_epoch(batch_size=200), answer_2)
+
+# %% [markdown]
+# **3.** Add `print(loss.item())` inside `train`'s loop. How many host syncs per step? What does the Timeline show at each print?
+
+# %%
+answer_3 = None                      # host syncs per step
+lab.check("00.3", my_epoch, answer_3)
+
+# %% [markdown]
+# ## Further reading
+# - [PyTorch Gaudi Theory of Operations](https://docs.habana.ai/en/latest/PyTorch/PyTorch_Gaudi_Theory_of_Operations.html) (seed 004): the modes, the bridge, recipes and their cache.
+# - [HPU Graphs for Training](https://docs.habana.ai/en/latest/PyTorch/PyTorch_Model_Porting/HPU_Graphs_Training.html) (seed 000): the MNIST model, its training loop and capture/replay, the host-time table.
+# - [Getting Started with Training on Intel Gaudi](https://docs.habana.ai/en/latest/PyTorch/Getting_Started_with_PyTorch_and_Gaudi/Getting_Started_with_PyTorch.html): the same first steps on a real Gaudi.
+# - [mark_step](https://docs.habana.ai/en/latest/PyTorch/Reference/mark_step.html): what it does, and when to add one.

@@ -228,8 +228,14 @@ def test_notebook_shape(path):
     text = _markdown(nb)
     assert re.search(r"^#+\s*Summary\b", text, re.MULTILINE), "a notebook ends with a Summary"
     assert re.search(r"^#+\s*Exercises\b", text, re.MULTILINE), "a notebook ends with Exercises"
-    last_headings = re.findall(r"^#+\s*(\w+)", _source(cells[-1]), re.MULTILINE)
-    assert "Exercises" in last_headings, "Exercises come last"
+    # issue 34: the exercises (with their check cells) come last, then, if any, the further-reading links
+    headings = [h for c in cells if c["cell_type"] == "markdown"
+                for h in re.findall(r"^#+\s*(.+?)\s*$", _source(c), re.MULTILINE)]
+    tail = headings[headings.index("Exercises"):] if "Exercises" in headings else []
+    assert tail and all(h == "Exercises" or h.startswith("Further reading") for h in tail), \
+        f"Exercises come last, followed only by Further reading (last headings: {headings[-3:]})"
+    if tail[-1].startswith("Further reading"):
+        assert "](http" in _source(cells[-1]), "Further reading ends the notebook with its links"
 
 
 @pytest.mark.parametrize("path", _notebook_paths(), ids=os.path.basename)
