@@ -129,6 +129,17 @@ launched_after = [e for e in fb.of(ev.Launch) if e.t_start > f.t_end]
 assert launched_after                  # the '* 2' ran on the device, after the fallback
 
 # %% [markdown]
+# Reading the panel: the grey *CPU fallback* span starts when `digamma` is called and holds everything the fallback needed. The CPU needs `a`'s values, so the bridge first compiles and runs the 2-op graph that makes `a` (its compile bar is drawn under the grey span: only its label shows, over the fallback's), then waits for it (a host sync) and copies it back. After it, `* 2` and `.float()` each compile a one-op graph of their own: three first compiles of about 21 ms each on the Gaudi clock, for 0.07 ms of device work. The cache lookups before each compile take microseconds and are too thin to see.
+
+# %%
+# claim T2
+(fallback_sync,) = [e for e in fb.of(ev.HostSync) if "fallback" in e.reason]
+inside = [e for e in fb.of(ev.Compile) if f.t_start <= e.t_start <= f.t_end]
+print(f"inside the fallback: {len(inside)} compile of {inside[0].node_count} ops, host sync {fallback_sync.reason!r}; "
+      f"compiles in all: {[e.node_count for e in fb.of(ev.Compile)]}")
+assert len(inside) == 1 and inside[0].node_count == 2 and fallback_sync.reason == "cpu fallback aten::digamma"
+
+# %% [markdown]
 # > *Eager mode as a subset of Lazy mode is deprecated.* … *Since Eager mode support, as a subset of Lazy mode, is deprecated, its functionality can be emulated by using `PT_HPU_MAX_COMPOUND_OP_SIZE` … limiting cluster sizes to 1. This results in a small graph (1 element) compilation after each op. The software reads this environment variable once at the time of initialization.*
 #
 # Again a fresh process, in lazy mode, with the variable set before the import:
