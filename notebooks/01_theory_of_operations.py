@@ -707,7 +707,71 @@ assert data.shape == (200, 1, 28, 28)
 #   asynchronously.
 #
 # ## Exercises
-# 1. In section 4, replace `y.item()` with `print(y)`. What is the host sync reason now?
-# 2. In section 5, make `y` a temporary (`z = torch.sigmoid(torch.relu(x @ w1 + b) * 2 - 1).sum(dim=1)`). Which tensor class does the sub node get now, and why?
-# 3. In section 7, change the learning rate between two steps (`optimizer.param_groups[0]["lr"] = 0.05`). Does the optimizer graph recompile? Read the reason.
-# 4. In section 7 (async), make the matrices 1500x1500. How does the Timeline change?
+#
+# Each exercise has a check cell holding the section's code as a function: change it as the exercise asks, give your answer, run the cell. The check says *right*, *wrong* or *not yet*, and why, from what the emulator recorded (never from a time). Run as they are, the checks say "not yet".
+
+# %%
+from hpu_lab import lab
+
+# %% [markdown]
+# **1.** In section 4, replace `y.item()` with `print(y)`. What is the host sync reason now?
+
+# %%
+def my_run_1():
+    y = forward(x, w1, w2)
+    return y.item()                    # exercise 1: print(y) instead
+
+answer_1 = None                        # the sync reason, a string
+lab.check("01.1", my_run_1, answer_1)
+
+# %% [markdown]
+# **2.** In section 5, make `y` a temporary (`z = torch.sigmoid(torch.relu(x @ w1 + b) * 2 - 1).sum(dim=1)`). Which tensor class does the sub node get now, and why?
+
+# %%
+def my_run_2():
+    b = torch.randn(16, device="hpu")
+    y = torch.relu(x @ w1 + b) * 2 - 1          # exercise 2: fold y into z's line
+    z = torch.sigmoid(y).sum(dim=1)
+    htcore.mark_step()
+
+answer_2 = None                        # the sub node's tensor class, a string
+lab.check("01.2", my_run_2, answer_2)
+
+# %% [markdown]
+# **3.** In section 7, change the learning rate between two steps (`optimizer.param_groups[0]["lr"] = 0.05`). Does the optimizer graph recompile? Read the reason.
+
+# %%
+def my_run_3():
+    for i in range(3):
+        # exercise 3: here, when i == 2, set optimizer.param_groups[0]["lr"] = 0.05
+        train_step()
+
+answer_3 = None                        # True or False
+lab.check("01.3", my_run_3, answer_3)
+
+# %% [markdown]
+# **4.** In section 7 (async), make the matrices 1500x1500. How does the Timeline change, and how many of the small ops does the host trace while the device runs `heavy()`, on the Gaudi clock of this notebook's card?
+
+# %%
+def my_run_4(size=700):                # exercise 4: 1500
+    a = torch.randn(size, size, device="hpu") / 30
+    htcore.mark_step()
+    h = a
+    for _ in range(8):                 # heavy(), on this a
+        h = torch.tanh(h @ a)
+    htcore.mark_step()
+    more = torch.ones(4, device="hpu")
+    for i in range(100):
+        more = more * 1.01 + 0.1
+    htcore.mark_step()
+    torch.hpu.synchronize()
+
+answer_4 = None                        # ops traced while the device runs heavy()
+lab.check("01.4", my_run_4, answer_4)
+
+# %% [markdown]
+# ## Further reading
+# - [PyTorch Gaudi Theory of Operations](https://docs.habana.ai/en/latest/PyTorch/PyTorch_Gaudi_Theory_of_Operations.html) (seed 004): this notebook's page, section by section.
+# - [Intel Gaudi PyTorch Python API (habana_frameworks.torch)](https://docs.habana.ai/en/latest/PyTorch/Python_Packages.html): `core`, `hpu` (memory stats, streams), `hpex`.
+# - [PyTorch Operators](https://docs.habana.ai/en/latest/Pytorch_Operators/Pytorch_Operators.html): which ops and dtypes have HPU kernels (the rest fall back to the CPU, section 2).
+# - [Mixed Precision Training with PyTorch Autocast](https://docs.habana.ai/en/latest/PyTorch/PyTorch_Mixed_Precision/index.html): Gaudi's bf16 and fp32 op lists (section 9).
