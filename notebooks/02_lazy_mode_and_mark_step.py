@@ -244,28 +244,29 @@ for d, t in small_batches:
 torch.hpu.synchronize()
 
 # %% [markdown]
-# How much time does each side spend per step? On the Gaudi clock (`hpu_lab.perfmodel.retime`, `docs/gaudi_clock.md`) the device's time is the modeled cost of the recipes the emulator launched, and the host's is the modeled cost of what the bridge does for each op traced, each graph built and each launch on a Gaudi server (the same on any machine). The host needs over twice the device's time for each step, so the device must wait: the model is host-bound.
+# How much time does each side spend per step? *Fidelity: both lanes are the Gaudi clock's, modeled for Gaudi 2 (`docs/gaudi_clock.md`): the device's time is the modeled cost of the recipes the emulator launched, the host's the modeled cost of what the bridge does for each op traced, each graph built and each launch on a Gaudi server. Nothing here is measured on this CPU, so the figures are the same on any machine.* `lab.step_times_of` splits the recording into its 8 steps (two `mark_step`s each), after the 3 warm-up steps above:
 
 # %%
 # claim G1
-import hpu_lab.perfmodel as pm
+from hpu_lab import lab
 print(f"ops traced per step: {len(host_bound.of(ev.OpAccumulated)) // 8}")
-r = pm.retime(host_bound.events, CARD)
-print(f"{r.card.device_name}: {r.verdict}; per step: host {r.host_ns / 8e6:.2f} ms, device {r.device_busy_ns / 8e6:.3f} ms; "
-      f"device busy {1 - r.device_idle_fraction:.0%} of the window")
-assert r.verdict == "host-bound" and r.host_ns > 2 * r.device_busy_ns
+deep_t = lab.step_times_of(host_bound.events, every=2, card=CARD, warmup=3, name="24 narrow blocks, batch 16")
+print(deep_t)
+assert deep_t.compiles == 0 and deep_t.verdict == "host-bound" and deep_t.host_ms > 2 * deep_t.device_ms
 
 # %% [markdown]
-# **What-if, every card** (one recording, re-timed): the host's work is the same on each; the faster the card, the longer its device waits.
+# The host needs many times the device's time for each step, so the device waits: the model is host-bound. **What-if, every card** (the same recording, re-timed): the host's work is the same on each; the faster the card, the longer its device waits.
 
 # %%
-for name in pm.DEVICES:
-    r = pm.retime(host_bound.events, name)
-    print(f"{r.card.device_name:7s} per step: host {r.host_ns / 8e6:.2f} ms, device {r.device_busy_ns / 8e6:.3f} ms; "
-          f"device busy {1 - r.device_idle_fraction:.0%} of the window: {r.verdict}")
+for name in ("gaudi", "gaudi2", "gaudi3"):
+    t = deep_t.on(name)
+    print(f"{t.card.device_name:7s} per step: host {t.host_ms:.2f} ms, device {t.device_ms:.3f} ms, "
+          f"wall {t.wall_ms:.2f} ms: {t.verdict}")
+assert deep_t.on("gaudi").device_ms > deep_t.on("gaudi3").device_ms
+assert deep_t.on("gaudi").host_ms == deep_t.on("gaudi3").host_ms
 
 # %% [markdown]
-# HPU Graphs (notebook 03) remove exactly this host work. Seed 000's two-layer MLP is host-bound too (4.8 ms of host work a step on first-generation Gaudi, against ~0.1 ms of device work): run it in the exercises.
+# HPU Graphs (notebook 03) remove exactly this host work. Seed 000's two-layer MLP is host-bound too (4.8 ms of host work a step on first-generation Gaudi, against ~0.1 ms of device work): time it in exercise 2.
 
 # %% [markdown]
 # ## 5. mark_step against out-of-memory
