@@ -390,7 +390,95 @@ assert len(losses) == 4
 # - `mark_step` can cut a graph that would not fit in memory, and separate static from dynamic parts so only small graphs recompile.
 #
 # ## Exercises
-# 1. In section 3, move the first `mark_step` to just after `model(data)`. How many graphs per step, and which recipe is the biggest?
-# 2. In section 4, measure host and device CPU time per step for seed 000's `Net` with batches of 200. Is it host-bound on this machine? And with batches of 800?
-# 3. In section 5, `mark_step` every 5 batches instead of every batch. What peak memory do you get?
-# 4. In section 6, remove the `mark_step` at the end of `step_with_metric`. What triggers the graphs now?
+#
+# Each exercise has a check cell holding the section's code as a function: change it as the exercise asks, give your answer, run the cell. The check says *right*, *wrong* or *not yet*, and why, from what the emulator recorded (counts, reasons, the Gaudi clock; never a time measured here). Run as they are, the checks say "not yet".
+
+# %% [markdown]
+# **1.** In section 3, move the first `mark_step` to just after `model(data)`. How many graphs per step, and which recipe is the biggest?
+
+# %%
+def my_run_1():
+    torch.manual_seed(0)
+    m = Net().to("hpu")
+    opt = torch.optim.Adadelta(m.parameters(), lr=0.1)
+    for data_b, target_b in list(train_loader)[:4]:
+        data_b, target_b = data_b.to("hpu"), target_b.to("hpu")
+        opt.zero_grad(set_to_none=True)
+        output = m(data_b)
+        loss = F.nll_loss(output, target_b)
+        loss.backward()
+        htcore.mark_step()             # exercise 1: move this mark_step to just after m(data_b)
+        opt.step()
+        htcore.mark_step()
+
+answer_1 = None                        # graphs per step
+lab.check("02.1", my_run_1, answer_1)
+
+# %% [markdown]
+# **2.** Time seed 000's `Net` with `lab.step_times` (as section 4 times the narrow model), on batches of 200 and of 800, on this notebook's card. Is it host-bound at 200? And at 800? Return `{200: ..., 800: ...}`.
+
+# %%
+def seed_net_step(batch):              # one training step of seed 000's Net on a fixed batch
+    torch.manual_seed(0)
+    m = Net().to("hpu")
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    x, y = torch.randn(batch, 1, 28, 28).to("hpu"), torch.randint(0, 10, (batch,)).to("hpu")
+    def step():
+        opt.zero_grad(set_to_none=True)
+        F.nll_loss(m(x), y).backward()
+        htcore.mark_step()
+        opt.step()
+        htcore.mark_step()
+    return step
+
+def my_run_2():
+    return {}                          # exercise 2: {b: lab.step_times(seed_net_step(b), steps=2, warmup=2, card=CARD) for b in ...}
+
+answer_2 = None                        # the verdict at 800: "host-bound" or "device-bound"
+lab.check("02.2", my_run_2, answer_2)
+
+# %% [markdown]
+# **3.** In section 5, `mark_step` every 5 batches instead of every batch (with the memory Limit back at 96 GiB). How many graphs run in all, and what peak memory do you get?
+
+# %%
+def my_run_3(every=1):                 # exercise 3: every 5 batches
+    w = torch.randn(1000, 1000, device="hpu") / 30
+    htcore.mark_step()
+    torch.hpu.reset_peak_memory_stats()
+    acc = torch.zeros(1000, 1000, device="hpu")
+    for i in range(30):
+        batch = torch.randn(1000, 1000).to("hpu")
+        acc = acc + torch.tanh(batch @ w)
+        if (i + 1) % every == 0:
+            htcore.mark_step()
+    htcore.mark_step()
+    acc.sum().item()
+    return torch.hpu.max_memory_allocated()
+
+answer_3 = None                        # graphs launched in all
+lab.check("02.3", my_run_3, answer_3)
+
+# %% [markdown]
+# **4.** In section 6, remove the `mark_step` at the end of `step_with_metric`. What triggers the graphs now, and how many graphs a step?
+
+# %%
+def my_run_4():
+    accuracies = []
+    for n in (50, 80, 120, 160):
+        optimizer.zero_grad(set_to_none=True)
+        output = model(data)
+        F.nll_loss(output, target).backward()
+        htcore.mark_step()
+        accuracies.append((output[:n].argmax(dim=1) == target[:n]).float().mean())
+        htcore.mark_step()             # exercise 4: remove this one
+    return accuracies
+
+answer_4 = None                        # graphs a step
+lab.check("02.4", my_run_4, answer_4)
+
+# %% [markdown]
+# ## Further reading
+# - [HPU Graphs for Training](https://docs.habana.ai/en/latest/PyTorch/PyTorch_Model_Porting/HPU_Graphs_Training.html) (seed 000): lazy accumulation and host-bound models.
+# - [mark_step](https://docs.habana.ai/en/latest/PyTorch/Reference/mark_step.html): what it does, its `sync` argument, and where to put it.
+# - [Optimizations of PyTorch Models](https://docs.habana.ai/en/latest/PyTorch/Model_Optimization_PyTorch/Optimization_in_PyTorch_Models.html) (seed 003): *Usage of mark_step* against OOM and recompiles.
+# - [PyTorch Gaudi Theory of Operations](https://docs.habana.ai/en/latest/PyTorch/PyTorch_Gaudi_Theory_of_Operations.html) (seed 004): lazy mode.
