@@ -184,41 +184,12 @@ assert max(compiles_per_step) <= 2        # after the first steps, every graph i
 # Eager mode runs op by op; HPU Graphs record one step and replay it. Same model, same data.
 
 # %% [markdown]
-# **Eager mode** (`PT_HPU_LAZY_MODE=0`): every op is its own tiny graph, launched at once. The bridge reads this variable once, before `import habana_frameworks.torch` (seed 004: *"This flag needs to be set before invoking a Python script importing HPU"*), so on a Gaudi eager mode is another process, not a switch. Here too: the epoch runs as a small script in a fresh Python process with the variable set before its imports, and prints what it counted as JSON.
+# **Eager mode** (`PT_HPU_LAZY_MODE=0`): every op is its own tiny graph, launched at once. The bridge reads this variable once, before `import habana_frameworks.torch` (seed 004: *"This flag needs to be set before invoking a Python script importing HPU"*), so on a Gaudi eager mode is another process, not a switch. Here too: the epoch runs as a small script, `notebooks/scripts/eager_epoch.py` (open it beside this notebook), in a fresh Python process with the variable set before its imports, and prints what it counted as JSON.
 
 # %%
 from hpu_lab.fresh import run_fresh   # hpu_lab/fresh.py: run a script in a new process, env set first
 
-EAGER_EPOCH = """
-import json, torch, torch.nn as nn, torch.nn.functional as F
-import hpu_lab, hpu_lab.core as htcore
-from hpu_lab import events as ev
-from hpu_lab.data import MNISTLike
-
-class Net(nn.Module):                 # seed 000's model, as above
-    def __init__(self):
-        super().__init__()
-        self.fc1, self.fc2, self.dropout = nn.Linear(784, 128), nn.Linear(128, 10), nn.Dropout(0.5)
-    def forward(self, x):
-        x = self.dropout(F.relu(self.fc1(torch.flatten(x, 1))))
-        return F.log_softmax(self.fc2(x), dim=1)
-
-torch.manual_seed(0)
-model = Net().to("hpu")
-optimizer = torch.optim.Adadelta(model.parameters(), lr=0.1)
-loader = torch.utils.data.DataLoader(MNISTLike(train=True), batch_size=200)
-with ev.Collector() as c:             # the training loop above, unchanged
-    for data, target in loader:
-        data, target = data.to("hpu"), target.to("hpu")
-        optimizer.zero_grad(set_to_none=True)
-        loss = F.nll_loss(model(data), target)
-        loss.backward()
-        htcore.mark_step()
-        optimizer.step()
-        htcore.mark_step()
-print(json.dumps({"lazy_mode": hpu_lab.config.lazy_mode(), "ops": len(c.of(ev.OpAccumulated)),
-                  "launches": len(c.of(ev.Launch)), "loss": round(loss.item(), 3)}))
-"""
+EAGER_EPOCH = open("scripts/eager_epoch.py").read()      # notebooks/scripts/eager_epoch.py: open it, edit it
 eager = run_fresh(EAGER_EPOCH, PT_HPU_LAZY_MODE="0")
 print(eager)
 said = [line.strip() for line in eager.stderr.splitlines() if "does not have any effect" in line]
