@@ -263,10 +263,10 @@ assert len(replay.of(ev.Replay)) == 8 and traced_after == []
 # %% [markdown]
 # **Reading this panel**: it holds more than the 8 replays, and five things in it need a word.
 # - The two long yellow bars are the **warm-up's** compiles, not the capture. The warm-up calls `mark_step` once an iteration, so forward, backward and the optimizer are one graph: iteration 1 compiles it (76 nodes, Adadelta creating its state), iteration 2 recompiles it (68 nodes: the state now exists, so `zeros_like` became a `mul`), iteration 3 finds it in the cache.
-# - The **capture** is the short shaded span after them, a few milliseconds on the Gaudi clock: it traces the step's ops once, as a lazy step would, and compiles nothing (the warm-up just compiled the same graph).
+# - The **capture** is the short salmon span after them, a few milliseconds on the Gaudi clock: it traces the step's ops once, as a lazy step would, and compiles nothing (the warm-up just compiled the same graph).
 # - **Three device streams**: the warm-up runs on the side stream `s` (`hpu:1`), `htcore.hpu.graph` captures on a side stream of its own (`hpu:2`, as `torch.cuda.graph` does), and `replay()` launches on the current stream, the default `hpu:0`.
 # - The two **red diamonds** are host syncs: `htcore.hpu.graph` synchronizes before it captures, and the final `loss.item()` waits for the last replay.
-# - The **step labels** count `mark_step`s since the notebook started: section 4 made 16, so the warm-up's three are steps 16, 17 and 18 (18's label has no room). Replays need no `mark_step` (seed 001), so they have no label; the grey bars between them are the DataLoader fetching the next batch, measured on this CPU.
+# - The **step labels** count the section's own `mark_step`s: the warm-up calls three (the third's label has no room). Replays need no `mark_step` (seed 001), so they have no label; each gets a blue dot instead. The grey bars of the *your code* lane above them are the DataLoader fetching the next batch, measured on this CPU.
 
 # %%
 # claim G2

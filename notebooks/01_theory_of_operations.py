@@ -129,7 +129,7 @@ launched_after = [e for e in fb.of(ev.Launch) if e.t_start > f.t_end]
 assert launched_after                  # the '* 2' ran on the device, after the fallback
 
 # %% [markdown]
-# Reading the panel: the grey *CPU fallback* span starts when `digamma` is called and holds everything the fallback needed. The CPU needs `a`'s values, so the bridge first compiles and runs the 2-op graph that makes `a` (its compile bar is drawn under the grey span: only its label shows, over the fallback's), then waits for it (a host sync) and copies it back. After it, `* 2` and `.float()` each compile a one-op graph of their own: three first compiles of about 21 ms each on the Gaudi clock, for 0.07 ms of device work. The cache lookups before each compile take microseconds and are too thin to see.
+# Reading the panel: the lilac *CPU fallback* band starts when `digamma` is called and holds everything the fallback needed. The CPU needs `a`'s values, so the bridge first compiles and runs the 2-op graph that makes `a` (the first yellow compile, inside the band), then waits for it (a host sync) and copies it back. After it, `* 2` and `.float()` each compile a one-op graph of their own: three first compiles of about 21 ms each on the Gaudi clock, for 0.07 ms of device work. The cache lookups before each compile take microseconds and are too thin to see.
 
 # %%
 # claim T2
