@@ -247,7 +247,7 @@ for d, t in small_batches[:3]:          # warm up: compile before measuring
 torch.hpu.synchronize()
 
 # %% [markdown]
-# Eight steps. Look at the Timeline: the device lane is mostly idle, waiting for the host to trace the next graph.
+# Eight steps. Look at the Timeline: the device lane is mostly idle, waiting for the host to trace the next graph. (The panel's step labels count `mark_step`s, two a training step: 16 for these 8 steps.)
 
 # %%
 # %%hpu_section "Many small ops: 8 steps" --as host_bound --no-live
