@@ -156,6 +156,79 @@ assert serve.of(ev.MarkStep) == [] and serve.of(ev.OpAccumulated) == [] and len(
 assert all(torch.allclose(a, e, atol=1e-5) for a, e in zip(answers, expected))
 
 # %% [markdown]
+# ### Streams: events and `wait_stream`
+#
+# > *HPU Graphs can capture a series of operations using HPU stream and replay them … For further details, see Stream APIs.*
+#
+# The stream API is CUDA's: work queued on one stream runs in order; work on two streams may overlap; `Event.record()` marks a point of a stream, and `wait_event` / `wait_stream` make another stream wait for it (the host does not wait). Two independent matrix products, one on a side stream and one on the current stream, recorded without and with a wait:
+#
+# **Fidelity.** Both lanes on the Gaudi clock of Gaudi 2 (modeled: the host per event, each stream as its own device lane, the products at the card's FP32 rate, which is assumed); nothing measured.
+
+# %%
+import hpu_lab.perfmodel as pm
+side = ht.hpu.Stream()
+torch.manual_seed(0)
+a, b = torch.randn(2048, 2048).to(device), torch.randn(2048, 2048).to(device)
+
+def two_products(wait):
+    with ht.hpu.stream(side):
+        a2 = a @ a
+        done = side.record_event()             # a marker after the product on `side` (launches it)
+    if wait:
+        ht.hpu.current_stream().wait_event(done)   # the current stream waits for the marker
+    b2 = b @ b
+    htcore.mark_step()
+    ht.hpu.synchronize()
+    return a2, b2
+
+two_products(False); two_products(True)        # warm-up: both recipes compiled
+recorded = {}
+for wait in (False, True):
+    with ev.Collector() as recorded[wait]:
+        a2, b2 = two_products(wait)
+
+# %% [markdown]
+# On the clock, the side stream's product and the current stream's overlap without the wait; with it, the current stream's starts when the side stream's ends. The results are the same either way (the products are independent):
+
+# %%
+def lanes(events):
+    r = pm.retime(events, CARD)
+    return {lane: spans[0] for lane, spans in r.spans.items() if lane.startswith("hpu") and spans}, r
+for wait in (False, True):
+    spans, r = lanes(recorded[wait].events)
+    print(f"{'with' if wait else 'without'} wait_event: " + ", ".join(
+        f"{lane} {sp.start_ns / 1e3:.0f}-{sp.end_ns / 1e3:.0f} us" for lane, sp in sorted(spans.items())),
+        f"| wall {r.wall_ns / 1e3:.0f} us")
+free, _ = lanes(recorded[False].events)
+ordered, _ = lanes(recorded[True].events)
+side_lane = f"hpu:{side.stream_id}"
+assert free["hpu:0"].start_ns < free[side_lane].end_ns                 # overlap
+assert ordered["hpu:0"].start_ns >= ordered[side_lane].end_ns          # ordered by the event
+assert [type(e).__name__ for e in recorded[True].of(ev.StreamWait)] == ["StreamWait"]
+assert recorded[False].of(ev.StreamWait) == []
+assert torch.allclose(a2.cpu(), a.cpu() @ a.cpu(), rtol=1e-4) and torch.allclose(b2.cpu(), b.cpu() @ b.cpu(), rtol=1e-4)
+
+# %% [markdown]
+# `wait_stream(side)` is the same as recording an event on `side` and waiting for it:
+
+# %%
+with ev.Collector() as ws:
+    with ht.hpu.stream(side):
+        a2 = a @ a
+        htcore.mark_step()
+    ht.hpu.current_stream().wait_stream(side)
+    b2 = b @ b
+    htcore.mark_step()
+    ht.hpu.synchronize()
+spans, _ = lanes(ws.events)
+print("wait_stream:", ", ".join(f"{lane} {sp.start_ns / 1e3:.0f}-{sp.end_ns / 1e3:.0f} us" for lane, sp in sorted(spans.items())))
+assert len(ws.of(ev.StreamRecord)) == 1 and len(ws.of(ev.StreamWait)) == 1
+assert spans["hpu:0"].start_ns >= spans[side_lane].end_ns
+
+# %% [markdown]
+# **In practice.** In the emulator a recipe that reads an output of a launch on another stream is queued behind that launch even without an event (`docs/gaudi_clock.md`, "Cross-stream order"), so a forgotten wait does not give a wrong answer here. Events order what shares no tensor, and let the host wait for one stream only (`done.synchronize()`), not for the whole device.
+
+# %% [markdown]
 # ## 2. wrap_in_hpu_graph
 #
 # > *Or, use htorch.hpu.wrap_in_hpu_graph to wrap module forward function with HPU Graphs. This wrapper captures, caches and replays the graph.*
@@ -311,3 +384,8 @@ print("all four equal the CPU without HPU Graphs")
 # 2. Serve the test set with `batch_size=197`. How many captures? With `batch_size=1`?
 # 3. Rewrite `InPlaceViewUpdate` without the in-place view update (hint: `torch.cat` or a mask) and capture it.
 # 4. Give `wrap_in_hpu_graph` `max_graphs=1` and serve the test set in batches of 64 again. What happens to the last batch?
+#
+# ## Further reading
+# - Intel Gaudi docs, *Run Inference Using HPU Graphs* (this notebook's seed): https://docs.habana.ai/en/latest/PyTorch/Inference_on_PyTorch/Inference_Using_HPU_Graphs.html
+# - Intel Gaudi docs, *HPU Graphs for Training* (notebook 03; the same APIs for a training step): https://docs.habana.ai/en/latest/PyTorch/PyTorch_Model_Porting/HPU_Graphs_Training.html
+# - PyTorch, *CUDA semantics*, streams and events (the stream API `ht.hpu` mirrors): https://pytorch.org/docs/stable/notes/cuda.html#cuda-streams
