@@ -251,7 +251,7 @@ with torch.no_grad():
         outputs.append(out.cpu())
 
 # %% [markdown]
-# The first batch of 64 captured a graph; the next ones replayed it. The last batch (5 images) has another shape: a second capture, not a wrong answer:
+# The first batch of 64 captured a graph; the next ones replayed it. The last batch (5 images) has another shape: a second capture, not a wrong answer. In the panel the two captures are almost the whole window, each a compile of a new shape; the two replays are the thin marks between them (on the clock, a replay's host work is tens of microseconds, a compile 20 ms plus 1 ms a node: assumed figures, `docs/gaudi_clock.md`):
 
 # %%
 # claim I2
