@@ -461,7 +461,7 @@ assert accuracy > 0.5
 # %% [markdown]
 # ### The four timelines side by side
 #
-# Same steps, same data. Compare the host lanes:
+# Same steps, same data. Compare the host lanes. (**Fidelity:** the Gaudi clock of Gaudi 2, host and device lanes modeled, as section 5 details; the widget's other clock, "measured on this CPU", shows the emulator's own times, which say nothing about a Gaudi.)
 
 # %%
 # NBVAL_IGNORE_OUTPUT
