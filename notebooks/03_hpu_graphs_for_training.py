@@ -31,6 +31,7 @@ from hpu_lab.metrics import metric_global
 from collections import Counter
 from hpu_lab.data import MNISTLike
 import hpu_lab.perfmodel as pm        # the Gaudi clock (docs/gaudi_clock.md)
+from hpu_lab import lab               # step times, checkable exercises (docs/lab.md)
 import widgets                        # the panel and other views (reads the events)
 # %load_ext widgets
 torch.manual_seed(0)                  # every run of the notebook draws the same numbers
@@ -473,22 +474,21 @@ widgets.compare([lazy, mgc, cacher, replay], steps=8)      # 8 training steps ea
 #
 # > *The base case with no HPU Graphs has a CPU processing time of 4.8ms … make_graphed_callables … 3.9 ms … capture and replay mode, with a host time of around 1.3ms.*
 #
-# **Fidelity.** The four epochs recorded above (8 warm steps each), re-timed on the Gaudi clock (`hpu_lab.perfmodel.retime`, `docs/gaudi_clock.md`) of this notebook's card, Gaudi 2. The *host* lane is modeled per event from what the bridge does on a Gaudi server (an op traced, a graph built and hashed, a launch, a replay, the batch's copy): one calibrated constant (fitted on the seed's lazy 4.8 ms, first-gen Gaudi) and assumed ones; it is modeled the same on every card, so the seed's first-gen figures compare directly. The *device* lane is modeled from the card's public figures. *Measured*: nothing; the batches were loaded before the epochs, so no fetch of your code is in the recordings (`user_ns` is zero).
+# **Fidelity.** The four epochs recorded above (8 steps each, after a warm epoch of 8), timed with `hpu_lab.lab.step_times_of` on the Gaudi clock (`docs/gaudi_clock.md`, `docs/lab.md`) of this notebook's card, Gaudi 2. The *host* lane is modeled per event from what the bridge does on a Gaudi server (an op traced, a graph built and hashed, a launch, a replay, the batch's copy): one calibrated constant (fitted on the seed's lazy 4.8 ms, first-gen Gaudi) and assumed ones; it is modeled the same on every card, so the seed's first-gen figures compare directly. The *device* lane is modeled from the card's public figures. *Measured*: nothing; the batches were loaded before the epochs, so no fetch of your code is in the recordings (`user_ns` is zero).
 
 # %%
 # claim G9
 from hpu_lab.perfmodel.host import SEED_HOST_MS
 modes = {"lazy": lazy, "make_graphed_callables": mgc, "ModuleCacher": cacher, "capture/replay": replay}
-clock = {m: pm.retime(s.events, CARD) for m, s in modes.items()}
-assert all(r.user_ns == 0 for r in clock.values())                              # nothing measured
-host = {m: r.host_ns / 8 / 1e6 for m, r in clock.items()}                      # modeled host ms per step
-device_ms = {m: r.device_busy_ns / 8 / 1e6 for m, r in clock.items()}
+times = {m: lab.step_times_of(s.events, steps=8, card=CARD, name=m, warmup=8) for m, s in modes.items()}
+host = {m: t.host_ms for m, t in times.items()}                  # modeled host ms a step
+device_ms = {m: t.device_ms for m, t in times.items()}
 print(f"on {pm.card(CARD).device_name} (host modeled, device modeled):")
 print(f"{'mode':24s} {'host ms/step':>12s} {'seed ms':>8s} {'device ms/step':>14s}  verdict")
-for m, r in clock.items():
+for m, t in times.items():
     seed = f"{SEED_HOST_MS[m]:8.1f}" if m in SEED_HOST_MS else f"{'-':>8s}"
-    print(f"{m:24s} {host[m]:12.2f} {seed} {device_ms[m]:14.3f}  {r.verdict}")
-    assert r.verdict == "host-bound"
+    print(f"{m:24s} {host[m]:12.2f} {seed} {device_ms[m]:14.3f}  {t.verdict}")
+    assert t.verdict == "host-bound" and t.user_ms == 0          # nothing measured
 assert host["lazy"] > host["make_graphed_callables"] > host["capture/replay"]      # the seed's order
 assert host["capture/replay"] < host["ModuleCacher"]
 assert abs(host["ModuleCacher"] - host["make_graphed_callables"]) < 0.01            # the same work: see below
@@ -598,15 +598,19 @@ assert wl.wall_ns - wl.device_busy_ns < 1.1 * lead     # all the idle time is th
 assert lead < wl.host_ns / n_wide                       # ... about one step's tracing
 
 # %% [markdown]
-# So in a long loop a step lasts the device's time in both modes, and replay saves only what the graph compiler fuses differently in one graph instead of two. The seed MLP of section 5 is the opposite case: host-bound, and replay cuts most of its step:
+# So in a long loop a step lasts the device's time in both modes. `lab.step_times` times such a loop: one warm-up step recorded as the lead-in and not reported, then three steps, each starting where the one before ended. Replay saves only what the graph compiler fuses differently in one graph instead of two. The seed MLP of section 5 is the opposite case: host-bound, and replay cuts most of its step:
 
 # %%
 # claim G10
-small = host["capture/replay"] / host["lazy"]          # host-bound: the step's time is the host's
-big = wr.device_busy_ns / wl.device_busy_ns            # device-bound: the step's time is the device's
+wide_times = {mode: lab.step_times(wide_steps[mode], steps=n_wide, warmup=1, card=CARD, name=f"wide MLP, {mode}")
+              for mode in ("lazy", "replay")}
+print(lab.compare(wide_times))
+small = times["capture/replay"].wall_ms / times["lazy"].wall_ms      # host-bound: the step's time is the host's
+big = wide_times["replay"].wall_ms / wide_times["lazy"].wall_ms      # device-bound: the step's time is the device's
 print(f"seed MLP (host-bound):   replay / lazy time per step {small:.2f}")
 print(f"wide MLP (device-bound): replay / lazy time per step {big:.2f} "
-      f"(with the one-off lead-in of these 3 steps: {wr.wall_ns / wl.wall_ns:.2f})")
+      f"(the 3 recorded steps with their one-off lead-in: {wr.wall_ns / wl.wall_ns:.2f})")
+assert wide_times["lazy"].verdict == "device-bound" == wide_times["replay"].verdict
 assert small < 0.5 and 0.9 < big <= 1.0
 
 # %% [markdown]
@@ -679,8 +683,81 @@ assert any(l.startswith("hpu:0") for l in lanes) and any(l.startswith("host") fo
 # 1. In section 1, capture `torch.tanh(static_x @ w) * step` with a Python variable `step`. Replay after changing `step`. What do you get, and why?
 # 2. Wrap only `model.fc1` with `make_graphed_callables`. How many ops are traced per step now?
 # 3. Run section 4's ModuleCacher loop with `batch_size=256`. How many graphs does the cacher hold after one epoch?
-# 4. In section 6, halve the batch of the MLP until replay is clearly faster again. Where is the boundary on this notebook's card? (`pm.estimate` finds it without running.)
+# 4. In section 6, halve the batch of the MLP until its lazy step is host-bound, where replay pays again. What is the largest host-bound batch on this notebook's card? (`pm.estimate` finds it without running.)
+
+# %% [markdown]
+# ### Check your answers
 #
+# Each exercise has a check cell. Its function starts as the section's code: change it as the exercise asks, set `answer`, and run the cell. The check records your run and reads what it did from the event stream (replays, ops traced, graphs held, the Gaudi clock's verdicts), never the wall time: it says **right**, **wrong** (and why) or **not yet**. Reference answers: `hpu_lab.lab.answers` (`docs/lab.md`).
+
+
+# %%
+# Exercise 1: change `step` between the capture and the replay; answer: the multiplier the replay used
+def exercise_1():
+    torch.manual_seed(0)
+    static_x, w = torch.randn(4, 8, device=device), torch.randn(8, 3, device=device)
+    step = 2.0
+    g = htcore.hpu.HPUGraph()
+    g.capture_begin()
+    static_y = torch.tanh(static_x @ w) * step
+    g.capture_end()
+    # (change step here)
+    static_x.copy_(torch.randn(4, 8))
+    g.replay()
+    base = torch.tanh(static_x.cpu() @ w.cpu())
+    return {"multiplier_used": round((static_y.cpu() / base).mean().item(), 3), "step_now": step}
+
+answer_1 = None
+print(lab.check("03.1", exercise_1, answer_1))
+
+# %%
+# Exercise 2: graph only model.fc1 (sample input: torch.randn(200, 784, device=device)); answer: ops traced per step
+def exercise_2():
+    torch.manual_seed(0)
+    model = Net().to(device)
+    optimizer = torch.optim.Adadelta(model.parameters(), lr=0.1)
+    model = htcore.hpu.make_graphed_callables(model, (torch.randn(200, 1, 28, 28, device=device),))
+    train(model, device, list(train_loader)[:4], optimizer)
+
+answer_2 = None
+print(lab.check("03.2", exercise_2, answer_2))
+
+# %%
+# Exercise 3: batch_size=256; answer: graphs the cacher holds after one epoch
+def exercise_3():
+    model, optimizer = fresh()
+    htcore.hpu.ModuleCacher(max_graphs=10)(model=model, inplace=True)
+    train(model, device, torch.utils.data.DataLoader(MNISTLike(train=True), batch_size=200), optimizer)
+    return model.module_cacher.num_graphs
+
+answer_3 = None
+print(lab.check("03.3", exercise_3, answer_3))
+
+# %%
+# Exercise 4: estimate the wide MLP's lazy step at smaller batches (nothing runs); answer: the largest host-bound batch
+def exercise_4():
+    torch.manual_seed(0)
+    wide = nn.Sequential(nn.Linear(784, 4096), nn.ReLU(), nn.Linear(4096, 4096), nn.ReLU(),
+                         nn.Linear(4096, 10)).to(device)
+    opt = torch.optim.SGD(wide.parameters(), lr=0.01)
+
+    def step(xb, tb):
+        opt.zero_grad(set_to_none=True)
+        F.cross_entropy(wide(xb), tb).backward()
+        htcore.mark_step()
+        opt.step()
+        htcore.mark_step()
+    estimates = {}
+    for batch in [2048]:                     # (add smaller batches)
+        xb, tb = torch.randn(batch, 784).to(device), torch.randint(0, 10, (batch,)).to(device)
+        htcore.mark_step()
+        estimates[batch] = pm.estimate(step, xb, tb, device=CARD)
+    return estimates
+
+answer_4 = None
+print(lab.check("03.4", exercise_4, answer_4))
+
+# %% [markdown]
 # ## Further reading
 # - Intel Gaudi docs, *HPU Graphs for Training* (this notebook's seed): https://docs.habana.ai/en/latest/PyTorch/PyTorch_Model_Porting/HPU_Graphs_Training.html
 # - Intel Gaudi docs, *Run Inference Using HPU Graphs* (notebook 05): https://docs.habana.ai/en/latest/PyTorch/Inference_on_PyTorch/Inference_Using_HPU_Graphs.html
