@@ -35,6 +35,7 @@ from collections import Counter
 import random
 import itertools
 from hpu_lab.data import MNISTLike
+from hpu_lab import lab               # checkable exercises (docs/lab.md)
 import widgets                        # the panel and other views (reads the events)
 # %load_ext widgets
 torch.manual_seed(0)                  # every run of the notebook draws the same numbers
@@ -348,6 +349,15 @@ print(y.item())
 assert y.item() == 6.0
 
 # %% [markdown]
+# One thing is left behind: the ops traced before a capture was refused (here, three nodes) are still pending, as after any error in lazy mode. `.item()` ran only the part it needed; the next `mark_step` runs the rest, as one more graph. Flush it here, or it would join the first graph of whatever runs next (and change that graph's recipe):
+
+# %%
+with ev.Collector(kinds=[ev.GraphBuilt]) as leftover:
+    htcore.mark_step()
+print("graphs left pending by the refused captures:", [g.node_count for g in leftover.events], "nodes")
+assert len(leftover.events) == 1 and leftover.events[0].node_count > 0
+
+# %% [markdown]
 # ## Summary
 # - A new input shape means a new graph: lazy mode recompiles (the reason names the input and both shapes) and caches
 #   one recipe per shape; HPU Graphs need one graph per shape, which `ModuleCacher` keeps for you.
@@ -360,7 +370,81 @@ assert y.item() == 6.0
 # 1. In section 1, add a batch of 97. How many recipes does the cache hold for the forward+backward graph now?
 # 2. In section 3, make `module2` and `module3` one module with an argument `path` and wrap it with `ModuleCacher`. Does it keep one graph per path?
 # 3. In section 4, replace the boolean indexing with `torch.relu(tmp)` (same values where positive, zeros elsewhere). What happens to the host syncs and to `module2`'s graphs?
+
+# %% [markdown]
+# ### Check your answers
 #
+# Each exercise has a check cell. Its function starts as the section's code: change it as the exercise asks, set `answer`, and run the cell. The check records your run and reads what it did from the event stream (recipe keys, captures, host-sync reasons), never the wall time: it says **right**, **wrong** (and why) or **not yet**. Reference answers: `hpu_lab.lab.answers` (`docs/lab.md`).
+
+
+# %%
+# Exercise 1: add a batch of 97; answer: recipes of the forward+backward graph
+def exercise_1():
+    torch.manual_seed(0)
+    model = Net().to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for n in [200, 200, 96, 200, 96]:
+        data, target = torch.randn(n, 1, 28, 28), torch.randint(0, 10, (n,))
+        optimizer.zero_grad(set_to_none=True)
+        F.nll_loss(model(data.to(device)), target.to(device)).backward()
+        htcore.mark_step()
+        optimizer.step()
+        htcore.mark_step()
+
+answer_1 = None
+print(lab.check("04.1", exercise_1, answer_1))
+
+# %%
+# Exercise 2: module2 and module3 as one module with an argument `path`, under ModuleCacher;
+# return its module_cacher.num_graphs; answer: graphs it keeps after both paths ran
+def exercise_2():
+    random.seed(0)
+    torch.manual_seed(0)
+    module1 = torch.hpu.make_graphed_callables(nn.Linear(784, 128).to(device), (torch.randn(5, 784, device=device),))
+    module2 = torch.hpu.make_graphed_callables(nn.Linear(128, 100).to(device),
+                                               (torch.randn(5, 128, device=device, requires_grad=True),))
+    module3 = torch.hpu.make_graphed_callables(nn.Linear(128, 50).to(device),
+                                               (torch.randn(5, 128, device=device, requires_grad=True),))
+    optimizer = torch.optim.Adadelta(itertools.chain(module1.parameters(), module2.parameters(),
+                                                     module3.parameters()), lr=0.1)
+    for _ in range(8):
+        data = torch.rand(5, 784).to(device)
+        tmp = module1(data)
+        tmp = module2(tmp) if random.random() > 0.5 else module3(tmp)
+        loss = torch.abs(tmp.mean() - data.mean())
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        htcore.mark_step()
+    return None
+
+answer_2 = None
+print(lab.check("04.2", exercise_2, answer_2))
+
+# %%
+# Exercise 3: torch.relu(tmp) instead of the boolean indexing; answer: data-dependent host syncs
+def exercise_3():
+    torch.manual_seed(0)
+    module1, module2 = nn.Linear(10, 3).to(device), nn.ReLU().to(device)
+    optimizer = torch.optim.Adadelta(itertools.chain(module1.parameters(), module2.parameters()), lr=0.1)
+    htcore.hpu.ModuleCacher(max_graphs=10)(model=module1, inplace=True)
+    htcore.hpu.ModuleCacher(max_graphs=10)(model=module2, inplace=True)
+    for data in [torch.randn(5, 10) for _ in range(8)]:
+        data, target = data.to(device), data.mean().to(device)
+        tmp = module1(data)
+        tmp = tmp[torch.where(tmp > 0)]      # the dynamic op
+        tmp = module2(tmp)
+        loss = torch.abs(tmp.mean() - target)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        htcore.mark_step()
+    return module2.module_cacher.num_graphs
+
+answer_3 = None
+print(lab.check("04.3", exercise_3, answer_3))
+
+# %% [markdown]
 # ## Further reading
 # - Intel Gaudi docs, *HPU Graphs for Training*, sections *Limitations of HPU Graph APIs* and *Dynamicity in Models* (this notebook's seed): https://docs.habana.ai/en/latest/PyTorch/PyTorch_Model_Porting/HPU_Graphs_Training.html
 # - Intel Gaudi docs, *Run Inference Using HPU Graphs* (dynamic shapes and data-dependent flow at inference, notebook 05): https://docs.habana.ai/en/latest/PyTorch/Inference_on_PyTorch/Inference_Using_HPU_Graphs.html
