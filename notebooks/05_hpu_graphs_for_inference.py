@@ -35,6 +35,7 @@ import hpu_lab.compat
 hpu_lab.compat.enable_habana_imports()
 import habana_frameworks.torch as ht          # ht.hpu is torch.hpu
 from hpu_lab.data import MNISTLike
+from hpu_lab import lab               # checkable exercises (docs/lab.md)
 import widgets                        # the panel and other views (reads the events)
 # %load_ext widgets
 torch.manual_seed(0)                  # every run of the notebook draws the same numbers
@@ -384,7 +385,81 @@ print("all four equal the CPU without HPU Graphs")
 # 2. Serve the test set with `batch_size=197`. How many captures? With `batch_size=1`?
 # 3. Rewrite `InPlaceViewUpdate` without the in-place view update (hint: `torch.cat` or a mask) and capture it.
 # 4. Give `wrap_in_hpu_graph` `max_graphs=1` and serve the test set in batches of 64 again. What happens to the last batch?
+
+# %% [markdown]
+# ### Check your answers
 #
+# Each exercise has a check cell. Its function starts as the section's code: change it as the exercise asks, set `answer`, and run the cell. The check records your run and reads what it did from the event stream (replays, captures, ops traced), never the wall time: it says **right**, **wrong** (and why) or **not yet**. Reference answers: `hpu_lab.lab.answers` (`docs/lab.md`).
+
+
+# %%
+# Exercise 1: append static_out itself, not static_out.cpu(); answer: how many different answers
+def exercise_1():
+    torch.manual_seed(0)
+    model = Net().to(device).eval()
+    static_in = torch.randn(4, 1, 28, 28, device=device)
+    g = ht.hpu.HPUGraph()
+    with torch.no_grad():
+        g.capture_begin()
+        static_out = model(static_in)
+        g.capture_end()
+    answers = []
+    for _ in range(6):
+        static_in.copy_(torch.randn(4, 1, 28, 28))
+        g.replay()
+        answers.append(static_out.cpu())
+    return answers
+
+answer_1 = None
+print(lab.check("05.1", exercise_1, answer_1))
+
+# %%
+# Exercise 2: serve the 197 images with batch_size=197 (then try 1); answer: captures
+def exercise_2():
+    torch.manual_seed(0)
+    model = ht.hpu.wrap_in_hpu_graph(Net().to(device).eval())
+    with torch.no_grad():
+        return [model(data.to(device)).cpu() for data, _ in torch.utils.data.DataLoader(test_set, batch_size=64)]
+
+answer_2 = None
+print(lab.check("05.2", exercise_2, answer_2))
+
+# %% [markdown]
+# Exercise 3 is checked here directly: `capture_error` (section 3) returns `None` when the capture succeeds. Right when your rewrite captures and gives `InPlaceViewUpdate`'s answer on the CPU:
+
+# %%
+class MyRewrite(nn.Module):            # exercise 3: the same result as InPlaceViewUpdate, no in-place view update
+    def forward(self, x):
+        y = x * 2
+        y[:, 0] += 1
+        return y
+
+def check_exercise_3():
+    x = torch.rand(4, 4) + 1
+    error = capture_error(MyRewrite())
+    if error is not None:
+        return f"[not yet] exercise 05.3: the capture still fails: {error}"
+    graphed = ht.hpu.wrap_in_hpu_graph(MyRewrite().to(device))
+    with torch.no_grad():
+        got, want = graphed(x.to(device)).cpu(), InPlaceViewUpdate()(x)
+    if not torch.allclose(got, want):
+        return "[wrong] exercise 05.3: it captures, but its answer differs from InPlaceViewUpdate's"
+    return "[right] exercise 05.3: captured and replayed, the same answer as InPlaceViewUpdate on the CPU"
+
+print(check_exercise_3())
+
+# %%
+# Exercise 4: wrap_in_hpu_graph(..., max_graphs=1), batches of 64; answer: captures
+def exercise_4():
+    torch.manual_seed(0)
+    model = ht.hpu.wrap_in_hpu_graph(Net().to(device).eval())
+    with torch.no_grad():
+        return [model(data.to(device)).cpu() for data, _ in torch.utils.data.DataLoader(test_set, batch_size=64)]
+
+answer_4 = None
+print(lab.check("05.4", exercise_4, answer_4))
+
+# %% [markdown]
 # ## Further reading
 # - Intel Gaudi docs, *Run Inference Using HPU Graphs* (this notebook's seed): https://docs.habana.ai/en/latest/PyTorch/Inference_on_PyTorch/Inference_Using_HPU_Graphs.html
 # - Intel Gaudi docs, *HPU Graphs for Training* (notebook 03; the same APIs for a training step): https://docs.habana.ai/en/latest/PyTorch/PyTorch_Model_Porting/HPU_Graphs_Training.html
