@@ -232,10 +232,11 @@ def test_notebook_shape(path):
     headings = [h for c in cells if c["cell_type"] == "markdown"
                 for h in re.findall(r"^#+\s*(.+?)\s*$", _source(c), re.MULTILINE)]
     tail = headings[headings.index("Exercises"):] if "Exercises" in headings else []
-    assert tail and all(h == "Exercises" or h.startswith("Further reading") for h in tail), \
-        f"Exercises come last, followed only by Further reading (last headings: {headings[-3:]})"
+    assert tail and all(h in ("Exercises", "Check your answers") or h.startswith("Further reading")
+                        for h in tail), \
+        f"Exercises come last, followed only by their checks and Further reading (last headings: {headings[-3:]})"
     if tail[-1].startswith("Further reading"):
-        assert "](http" in _source(cells[-1]), "Further reading ends the notebook with its links"
+        assert "https://" in _source(cells[-1]), "Further reading ends the notebook with its links"
 
 
 @pytest.mark.parametrize("path", _notebook_paths(), ids=os.path.basename)
