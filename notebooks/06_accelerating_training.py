@@ -803,8 +803,7 @@ assert torch.hpu.max_memory_allocated() - before - held >= batch_bytes
 # 2. In section 4, move `optimizer.step()` out of `hmp.disable_casts()`. What happens to the parameters' dtype?
 # 3. In section 7, measure one epoch with and without pipelining on the small MLP. Does it help here? (Notebook 02's host-bound model is a better candidate.)
 # 4. In section 10, compare `torch.optim.AdamW(foreach=True)` with `FusedAdamW`: how many graph nodes each?
-
-# %% [markdown]
+#
 # ## Further reading
 # The pages this notebook teaches, and where to go next:
 # - [Optimum Habana: Accelerating Training](https://huggingface.co/docs/optimum/habana/usage_guides/accelerate_training), the seed of every section here.

@@ -893,8 +893,7 @@ assert not torch.equal(on_cpu.a.detach(), torch.ones(2))      # the steps did ch
 # 2. In section 3, try batch 1600 with `HPU_LAB_MEMORY_LIMIT` set so that 800 fits but 1600 does not (`hpu_lab.config.set`). What error do you get?
 # 3. In section 10, print every 4 steps, then move the print after `optimizer.step()`. How many syncs, and how long does the Gaudi clock say the host waited?
 # 4. In section 12, replace `steps[i]` by `steps[i].item()` (a Python float). Does that avoid the recompiles? What does it cost?
-
-# %% [markdown]
+#
 # ## Further reading
 # The Intel pages this notebook teaches, and where to go next:
 # - [General Model Optimizations](https://docs.habana.ai/en/latest/PyTorch/Model_Optimization_PyTorch/Optimization_in_PyTorch_Models.html), the seed of every section here.

@@ -356,8 +356,7 @@ assert all(r["error"] is None and r["captures"] == 1 and r["replays"] == 3 and r
 # 1. Launch `buckets` on 3 cards. Do the all-reduce counts change? Should they?
 # 2. Give `fast_ddp` its default `fusion_buffer_dtype=torch.bfloat16`. Do the cards still agree with DDP's weights? How closely?
 # 3. Make the row-parallel layer column-parallel (split the outputs, then `all_gather`). Does it capture with lazy collectives?
-
-# %% [markdown]
+#
 # ## Further reading
 # The Intel pages this notebook teaches, and where to go next:
 # - [PyTorch Gaudi Theory of Operations](https://docs.habana.ai/en/latest/PyTorch/Reference/PyTorch_Gaudi_Theory_of_Operations.html), *Distributed Training*: HCCL as torch.distributed's backend.
