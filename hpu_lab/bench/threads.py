@@ -2,7 +2,7 @@
 added time goes.
 
 Measured on a 600-step loop, the wall time a recording adds follows the process's added CPU time
-nearly millisecond for millisecond (session 16: +187 ms wall for +196 ms CPU, medians): the user's,
+nearly millisecond for millisecond (medians of the wall and CPU time added): the user's,
 autograd's and the device's threads share one interpreter lock and two cores, so CPU added on any
 of them is waited for. The split says which thread pays.
 
