@@ -116,18 +116,4 @@ class ModuleGen(fz.Gen):
 
 def generate(seed, length=25):
     """A module program of about ``length`` accepted steps, ending with a backward."""
-    gen = ModuleGen(seed)
-    tries = 0
-    while gen.n < length and tries < length * 20:
-        gen.step()
-        tries += 1
-    outs = [k for k in gen.tensors() if k.startswith("t") and gen.env[k].requires_grad
-            and gen.env[k].dtype.is_floating_point]
-    if outs:
-        line = "(" + " + ".join(f"({k}.float() * {i + 1}).sum()" for i, k in enumerate(outs[-4:])) + ").backward()"
-        try:
-            exec(line, gen.env)
-            gen.lines.append(line)
-        except Exception:
-            pass
-    return gen.lines
+    return fz.generate(seed, length, ModuleGen)

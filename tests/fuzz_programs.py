@@ -180,16 +180,17 @@ def _env(dev):
             "rt": lambda obj, variant=0: rt(obj, variant, dev)}
 
 
-def generate(seed, length=25):
-    """A program (list of lines) of about ``length`` accepted steps; ends with a backward."""
-    gen = Gen(seed)
+def generate(seed, length=25, gen_class=None):
+    """A program (list of lines) of about ``length`` accepted steps; ends with a backward.
+    ``gen_class``: the generator (default ``Gen``; fuzz_modules.ModuleGen for module programs)."""
+    gen = (gen_class or Gen)(seed)
     tries = 0
     while gen.n < length and tries < length * 20:
         gen.step()
         tries += 1
     outs = [k for k in gen.tensors() if k.startswith("t") and gen.env[k].requires_grad
             and gen.env[k].dtype.is_floating_point]
-    if outs and gen.tensors(grad=True):
+    if outs:
         line = "(" + " + ".join(f"({k}.float() * {i + 1}).sum()" for i, k in enumerate(outs[-4:])) + ").backward()"
         try:
             exec(line, gen.env)
