@@ -108,7 +108,7 @@ class StepTimes:
     @property
     def verdict_text(self) -> str:
         busy = self.device_busy_fraction
-        note = " [FP32 matrix rate assumed: 1/4 of BF16]" if self.retimed.fp32_assumed else ""
+        note = f" [{self.card.fp32_note}]" if self.retimed.fp32_assumed else ""
         return (f"{self.verdict} on {self.card.device_name}: device busy {busy:.0%} of the wall time "
                 f"(device {self.device_ms:.3f} of {self.wall_ms:.3f} ms a step, modeled){note}")
 

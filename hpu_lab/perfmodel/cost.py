@@ -10,7 +10,10 @@ work). Per node:
   ones leaving it (its intermediates stay on chip), so fusion, casts and permutes change the cost
   a view (alias) costs nothing; a CPU-fallback node is host work, not device work
 
-plus ``kernel_ns`` per kernel and ``recipe_launch_ns`` per recipe. Views and reshapes cost nothing;
+plus ``kernel_ns`` per kernel and ``recipe_launch_ns`` per recipe. The MME term is scaled by the
+card's ``mme_derate`` (Gaudi 3: its engines are harder to keep busy than Gaudi 2's). Which kernel
+boundaries reach HBM is ``onchip.hbm_bytes``'s (``ONCHIP_WINDOW``; 0, every one, in the calibrated
+model). Views and reshapes cost nothing;
 a transpose costs nothing when only the MME reads it (it takes strided operands). A float cast no
 fusion cluster took is part of the MME node when only the MME reads it or the MME produced its
 input (the MME converts on load / store): the MME then reads the operand as it is stored and writes
@@ -26,6 +29,7 @@ from dataclasses import dataclass
 from typing import Dict, Optional, Sequence, Tuple
 
 from .cards import Card
+from .onchip import hbm_bytes
 
 # Efficiency factors: the fraction of a peak figure real kernels reach. Documented and
 # calibrated in docs/gaudi_clock.md ("Validation"); change them here, nowhere else.
@@ -40,6 +44,10 @@ EFFICIENCY: Dict[str, float] = {
 HOST_STAGING_BW = 8e9       # bytes/s: the host copies pageable memory into a pinned bounce buffer (assumed)
 COPY_LATENCY_NS = 10_000    # one DMA transfer set-up (assumed)
 COLLECTIVE_HOP_NS = 5_000   # one ring step's latency over RoCE (assumed)
+# A tensor every reader of which runs within this many kernels of its producer stays on chip
+# (onchip.py: the graph compiler slices and pipelines producer and consumer through SRAM); 0: every
+# kernel boundary goes through HBM
+ONCHIP_WINDOW = 0
 
 _ITEMSIZE = {"float64": 8, "int64": 8, "complex64": 8, "float32": 4, "int32": 4, "bfloat16": 2,
              "float16": 2, "int16": 2, "uint8": 1, "int8": 1, "bool": 1, "float8_e4m3fn": 1,
@@ -105,7 +113,7 @@ class RecipeCost:
     flops: int
     hbm_bytes: int
     nic_ns: int = 0         # its collectives (lazy collectives: graph nodes), part of ns
-    fp32_mme_ns: int = 0    # MME kernels timed at the FP32 matrix rate, which no source publishes (assumed)
+    fp32_mme_ns: int = 0    # MME kernels timed at the FP32 matrix rate (published for Gaudi 3 only)
 
     def __add__(self, o: "RecipeCost") -> "RecipeCost":
         return RecipeCost(self.ns + o.ns, self.mme_ns + o.mme_ns, self.tpc_ns + o.tpc_ns,
@@ -114,8 +122,9 @@ class RecipeCost:
 
     @property
     def fp32_assumed(self) -> bool:
-        """Whether the FP32 matrix rate (assumed: a quarter of BF16) decides a tenth or more of the
-        recipe's time: then a verdict on it says so."""
+        """Whether the FP32 matrix rate decides a tenth or more of the recipe's time: then a verdict
+        on it says so (assumed on Gaudi and Gaudi 2; on Gaudi 3 published, but not the precision the
+        bridge runs a float32 matmul in)."""
         return self.fp32_mme_ns >= 0.1 * self.ns
 
 
@@ -308,8 +317,12 @@ def collective_node(op: str):
     return (m.group(1), int(m.group(2))) if m else None
 
 
-def kernels(summary, card: Card, fusion: bool = True, eff: Optional[Dict[str, float]] = None):
-    """The kernels of a recipe whose graph is ``summary`` (a GraphSummary), each with its cost."""
+def kernels(summary, card: Card, fusion: bool = True, eff: Optional[Dict[str, float]] = None,
+            onchip: Optional[int] = None):
+    """The kernels of a recipe whose graph is ``summary`` (a GraphSummary), each with its cost.
+
+    ``onchip``: the on-chip window (default ``ONCHIP_WINDOW``; 0: every kernel boundary goes
+    through HBM), see ``onchip.hbm_bytes``."""
     e = dict(EFFICIENCY, **(eff or {}))
     bw = card.hbm_bw * e["hbm"]
     nodes = summary.nodes if summary is not None else ()
@@ -317,7 +330,7 @@ def kernels(summary, card: Card, fusion: bool = True, eff: Optional[Dict[str, fl
     for a, b in summary.edges if summary is not None else ():
         consumers.setdefault(a, set()).add(b)
     out_nodes = {n.index for n in nodes if n.op == "output"}
-    out = []
+    plans = []          # (name, engine, flops (a NIC kernel: its ns), bytes, member nodes, dtype)
     clusters: Dict[int, list] = {}
 
     def numel(n):
@@ -332,25 +345,20 @@ def kernels(summary, card: Card, fusion: bool = True, eff: Optional[Dict[str, fl
         coll = collective_node(n.op)
         if coll is not None:             # the NIC's work, by the ring model (not a TPC kernel)
             by = sum(n.in_bytes)
-            out.append(Kernel(n.op, "NIC", collective_ns(coll[0], by, coll[1], card, eff), 0, by))
+            plans.append((n.op, "NIC", collective_ns(coll[0], by, coll[1], card, eff), by, {n.index}, None))
             continue
         if n.op in _TRANSPOSES and mme_only(n):
             continue
         if n.engine == "MME":
             fl = mme_flops(n.op, n.shape, n.in_shapes)
             by = _mme_bytes(n, by_index, consumers, out_nodes, *fusions[n.index])
-            dt = _mme_dtype(n, by_index)
-            compute = fl / (card.mme_rate(dt) * e["mme"])
-            t = max(compute, by / bw)
-            fp32 = card.mme_rate(dt) == card.mme_flops["float32"] and compute >= by / bw
-            out.append(Kernel(n.op, "MME", int(t * 1e9) + card.kernel_ns, fl, by, fp32))
+            loads, stores = fusions[n.index]
+            plans.append((n.op, "MME", fl, by, {n.index} | loads | stores, _mme_dtype(n, by_index)))
         elif fusion and n.cluster >= 0:
             clusters.setdefault(n.cluster, []).append(n)
         else:
-            fl = vector_flops(n.op, numel(n))
-            by = sum(n.in_bytes) + n.out_bytes
-            t = max(by / bw, fl / (card.vector_rate(n.dtype or "float32") * e["tpc"]))
-            out.append(Kernel(n.op, "TPC", int(t * 1e9) + card.kernel_ns, fl, by))
+            plans.append((n.op, "TPC", vector_flops(n.op, numel(n)), sum(n.in_bytes) + n.out_bytes, {n.index},
+                          n.dtype or "float32"))
     for cid, members in clusters.items():
         inside = {m.index for m in members}
         read: Dict[int, int] = {}
@@ -360,17 +368,30 @@ def kernels(summary, card: Card, fusion: bool = True, eff: Optional[Dict[str, fl
                     read[src] = max(read.get(src, 0), b)     # each entering tensor read once
         written = sum(m.out_bytes for m in members
                       if (consumers.get(m.index, set()) - inside) or m.index in out_nodes)
-        by = sum(read.values()) + written
         fl = sum(vector_flops(m.op, numel(m)) for m in members)
-        t = max(by / bw, fl / (card.vector_rate(members[-1].dtype or "float32") * e["tpc"]))
         name = f"cluster {cid}: " + "+".join(m.op.split("::")[-1] for m in members)
-        out.append(Kernel(name, "TPC", int(t * 1e9) + card.kernel_ns, fl, by))
+        plans.append((name, "TPC", fl, sum(read.values()) + written, inside, members[-1].dtype or "float32"))
+    window = ONCHIP_WINDOW if onchip is None else onchip
+    moved = hbm_bytes(plans, by_index, consumers, out_nodes, window)
+    out = []
+    for (name, engine, fl, _by, _members, dt), by in zip(plans, moved):
+        if engine == "NIC":
+            out.append(Kernel(name, "NIC", fl, 0, by))
+        elif engine == "MME":
+            compute = fl / (card.mme_rate(dt) * e["mme"] * card.mme_derate)
+            t = max(compute, by / bw)
+            fp32 = card.mme_rate(dt) == card.mme_flops["float32"] and compute >= by / bw
+            out.append(Kernel(name, "MME", int(t * 1e9) + card.kernel_ns, fl, by, fp32))
+        else:
+            t = max(by / bw, fl / (card.vector_rate(dt) * e["tpc"]))
+            out.append(Kernel(name, "TPC", int(t * 1e9) + card.kernel_ns, fl, by))
     return out
 
 
-def recipe_cost(summary, card: Card, fusion: bool = True, eff: Optional[Dict[str, float]] = None) -> RecipeCost:
+def recipe_cost(summary, card: Card, fusion: bool = True, eff: Optional[Dict[str, float]] = None,
+                onchip: Optional[int] = None) -> RecipeCost:
     """Modeled device time of one launch of a recipe whose graph is ``summary`` (a GraphSummary)."""
-    ks = kernels(summary, card, fusion, eff)
+    ks = kernels(summary, card, fusion, eff, onchip)
     mme = sum(k.ns for k in ks if k.engine == "MME")
     tpc = sum(k.ns for k in ks if k.engine == "TPC")
     nic = sum(k.ns for k in ks if k.engine == "NIC")

@@ -62,7 +62,7 @@ class Estimate:
 
     @property
     def fp32_assumed(self) -> bool:
-        """Whether the FP32 matrix rate (assumed: 1/4 of BF16) decides a tenth or more of the step's device time."""
+        """Whether the FP32 matrix rate (assumed on Gaudi and Gaudi 2) decides a tenth or more of the step's device time."""
         return self.total.fp32_assumed
 
     def __repr__(self) -> str:

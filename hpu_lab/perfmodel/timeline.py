@@ -93,13 +93,14 @@ class Retimed:
 
     @property
     def fp32_assumed(self) -> bool:
-        """Whether a tenth or more of the device's time is FP32 matrix work, timed at a rate no
-        source publishes (assumed: a quarter of BF16): the verdict then says so."""
+        """Whether a tenth or more of the device's time is FP32 matrix work, timed at a rate that is
+        assumed (Gaudi, Gaudi 2: a quarter of BF16; Gaudi 3: published, the precision the bridge runs a
+        float32 matmul in is not): the verdict then says so (``Card.fp32_note``)."""
         return self.fp32_mme_ns >= 0.1 * self.device_busy_ns > 0
 
     @property
     def verdict_text(self) -> str:
-        note = (" [FP32 matrix rate assumed: 1/4 of BF16; "
+        note = (f" [{self.card.fp32_note}; "
                 f"{self.fp32_mme_ns / self.device_busy_ns:.0%} of the device time]") if self.fp32_assumed else ""
         if self.verdict == "host-bound":
             return (f"host-bound on {self.card.device_name}: device idle {self.device_idle_fraction:.0%} "
