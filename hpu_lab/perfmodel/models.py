@@ -228,7 +228,7 @@ def resnet50_step(batch: int):
 
 
 def bert_step(make, batch: int, seq: int, head: str = "squad", predictions: int = 20, dropout: bool = True,
-              trainer: bool = False):
+              trainer: bool = False, pipelining: bool = False):
     """(step, args): one FusedAdamW training step of a BERT ``make`` (bert_large / bert_base) on
     ``batch`` sequences of ``seq`` tokens, bf16 autocast, dropout costed by its stand-in unless
     ``dropout=False`` (the published pretraining runs use LAMB: the same traffic per parameter as
@@ -239,7 +239,11 @@ def bert_step(make, batch: int, seq: int, head: str = "squad", predictions: int 
     ``torch.isnan(loss) or torch.isinf(loss)`` read on the host (``logging_nan_inf_filter``, True by
     default: a host sync every step), the loss added to the running total, mark_step, gradients
     clipped by FusedClipNorm (max_grad_norm 1.0; ``use_fused_clip_norm`` in the Gaudi config), the
-    FusedAdamW step, zero_grad, mark_step."""
+    FusedAdamW step, zero_grad, mark_step.
+
+    ``pipelining=True``: the Trainer's ``pipelining_fwd_bwd`` (a mark_step between the forward and
+    the backward, optimum-habana's ``GaudiTrainer.training_step``), so the device runs the forward
+    while the host traces the backward."""
     import hpu_lab.core as htcore
     from hpu_lab.hpex.normalization import FusedClipNorm
     from hpu_lab.hpex.optimizers import FusedAdamW
@@ -268,6 +272,8 @@ def bert_step(make, batch: int, seq: int, head: str = "squad", predictions: int 
                 loss = (F.cross_entropy(start, target) + F.cross_entropy(end, target)) / 2
             else:
                 loss = F.cross_entropy(logits.float().flatten(0, 1), target.flatten())
+        if pipelining:
+            htcore.mark_step()
         loss.backward()
         if trainer:
             torch.isnan(loss), torch.isinf(loss)
