@@ -1,10 +1,10 @@
 """``check(id, run, answer)``: the exercises' entry point (practice.py is the framework, exercises.py
-the notebooks' exercises, registered on import)."""
+and exercises_more.py the notebooks' exercises, registered on import)."""
 from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from . import exercises  # noqa: F401  (registers the exercises)
+from . import exercises, exercises_more  # noqa: F401  (registers the exercises)
 from .practice import EXERCISES, NOT_YET, Result, Run, judge_exercise, record
 
 
