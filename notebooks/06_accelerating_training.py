@@ -16,7 +16,7 @@
 # - which switches remove compilations, which remove host work, and which only help a host-bound model.
 #
 # **What you'll need**
-# - notebooks 01–04; about two minutes of CPU time (section 1 starts two Python processes).
+# - notebooks 01–04; about two minutes of CPU time (sections 1 and 4 start two Python processes each).
 
 # %%
 import torch
@@ -27,9 +27,10 @@ import hpu_lab.core as htcore         # mark_step(), as habana_frameworks.torch.
 from hpu_lab import events as ev      # what the emulated device did, as events
 from hpu_lab.metrics import metric_global
 from collections import Counter
-import time, os, tempfile
+import itertools, time, os, tempfile
 from hpu_lab.data import MNISTLike
 import hpu_lab.perfmodel as pm        # the Gaudi clock (docs/gaudi_clock.md)
+from hpu_lab import lab              # step_times, compare, check (docs/lab.md)
 import widgets                        # the panel and other views (reads the events)
 # %load_ext widgets
 torch.manual_seed(0)                  # every run of the notebook draws the same numbers
@@ -79,37 +80,12 @@ def train_epoch(model, optimizer, loader):
 #
 # > *In lazy mode, the graph compiler generates optimized binary code that implements the given model topology on Gaudi. It performs operator fusion, data layout management, parallelization, pipelining and memory management, as well as graph-level optimizations.*
 #
-# `use_lazy_mode=False` means eager mode, which the bridge chooses once, from `PT_HPU_LAZY_MODE` read before `import habana_frameworks.torch` (seed 004: *"This flag needs to be set before invoking a Python script importing HPU"*). On a Gaudi the two modes are two processes, not a switch, and so they are here: the same two training steps run as a small script in a fresh Python process for each mode, with the variable set before its imports; the script prints what it counted as JSON.
+# `use_lazy_mode=False` means eager mode, which the bridge chooses once, from `PT_HPU_LAZY_MODE` read before `import habana_frameworks.torch` (seed 004: *"This flag needs to be set before invoking a Python script importing HPU"*). On a Gaudi the two modes are two processes, not a switch, and so they are here: the same two training steps run as a small script, `notebooks/scripts/two_steps.py` (open it beside this notebook), in a fresh Python process for each mode, with the variable set before its imports; the script prints what it counted as JSON.
 
 # %%
 from hpu_lab.fresh import run_fresh   # hpu_lab/fresh.py: run a script in a new process, env set first
 
-TWO_STEPS = """
-import json, torch, torch.nn.functional as F
-import hpu_lab, hpu_lab.core as htcore
-from hpu_lab import events as ev
-from hpu_lab.data import MNISTLike
-from hpu_lab.examples import Net      # seed 000's model, as above
-
-torch.manual_seed(0)
-model = Net().to("hpu")
-optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-loader = torch.utils.data.DataLoader(MNISTLike(train=True), batch_size=200)
-with ev.Collector() as c:             # train_epoch above, on two batches
-    for (data, target), _ in zip(loader, range(2)):
-        optimizer.zero_grad(set_to_none=True)
-        loss = F.nll_loss(model(data.to("hpu")), target.to("hpu"))
-        loss.backward()
-        htcore.mark_step()
-        optimizer.step()
-        htcore.mark_step()
-    final = loss.item()
-launches = c.of(ev.Launch)
-print(json.dumps({"lazy_mode": hpu_lab.config.lazy_mode(), "launches": len(launches),
-                  "largest_graph": max(sum(n.op not in ("input", "output", "view") for n in e.graph.nodes) for e in launches),
-                  "fused_clusters": sum(len({n.cluster for n in e.graph.nodes if n.cluster >= 0}) for e in launches),
-                  "loss": final}))
-"""
+TWO_STEPS = open("scripts/two_steps.py").read()      # notebooks/scripts/two_steps.py: open it, edit it
 modes = {flag: run_fresh(TWO_STEPS, PT_HPU_LAZY_MODE=flag) for flag in ("0", "1")}
 for flag, r in modes.items():
     print(f"PT_HPU_LAZY_MODE={flag}: {r}")
@@ -227,23 +203,23 @@ print("compiles per step:", [per_step.get(i, 0) for i in range(10)])
 assert set(per_step) <= {0, 1, 2} and sum(per_step.values()) >= 2
 
 # %% [markdown]
-# and they make those steps slow, so a throughput that includes them understates the steady state. Step times on the Gaudi clock of this notebook's card (`docs/gaudi_clock.md`): each step ends with its second `mark_step`; a compile costs the graph compiler's modeled time for its graph's size, so the figures are the same on any machine:
+# and they make those steps slow, so a throughput that includes them understates the steady state. `lab.step_times_of` splits the recording into its ten steps (each ends with its second `mark_step`) and times each on the Gaudi clock of this notebook's card (`docs/gaudi_clock.md`): host and device modeled, a compile costing the graph compiler's modeled time for its graph's size, so the figures are the same on any machine:
 
 # %%
 # claim O3
-r = pm.retime(warm.events, CARD)
-ends = [e.t_end for e in r.events if isinstance(e, ev.MarkStep)][1::2]    # the second mark_step of each step
-step_times = [(b - a) / 1e9 for a, b in zip([0] + ends, ends)]
+cold = lab.step_times_of(warm.events, every=2, card=CARD, warmup=0, name="ten steps from a cold cache")
+print(cold)
 warmup = 3
-print("step times (ms):", [round(1e3 * t, 1) for t in step_times])
-all_steps = 160 * len(step_times) / sum(step_times)
-after_warmup = 160 * (len(step_times) - warmup) / sum(step_times[warmup:])
+all_steps, after_warmup = cold.per_second(160), cold.after(warmup).per_second(160)
 print(f"throughput: {all_steps:.0f} samples/s over all steps, {after_warmup:.0f} samples/s with throughput_warmup_steps={warmup}")
-assert len(step_times) == 10
-assert max(step_times[:warmup]) > 2 * sorted(step_times[warmup:])[len(step_times[warmup:]) // 2]
+walls = [s.wall_ns for s in cold.steps]
+assert len(walls) == 10 and [s.compiles > 0 for s in cold.steps[warmup:]] == [False] * 7
+assert max(walls[:warmup]) > 2 * sorted(walls[warmup:])[len(walls[warmup:]) // 2]
 assert after_warmup > all_steps
 
 # %% [markdown]
+# The table's note, "the loop was not warm", is the point here. Step 0 compiles the forward+backward graph and Adadelta's first update (the one that creates its state), step 1 the steady update: about 116 and 66 ms of modeled compile time. From step 2 on a step is 4.8 ms of host work against 0.1 ms of device work (host-bound), so the two compiling steps make the mean over all ten 23 ms, and the throughput over all steps a fifth of the steady one.
+#
 # ## 4. Mixed-precision training: HMP
 #
 # > *Habana Mixed Precision (HMP) proposes to mix fp32 and bf16 operations … you can specify which operators to compute in bf16 with `hmp_bf16_ops` and which operators to compute in fp32 with `hmp_fp32_ops`.*
@@ -302,6 +278,33 @@ hmp._restore()                                    # lab-only: undo convert()
 # `--bf16` runs the step under `torch.autocast("hpu", dtype=torch.bfloat16)`, which does the same with the bridge's autocast lists: notebook 01, section 9, measures it (claim T11).
 
 # %% [markdown]
+# > *Please refer to the list of supported PyTorch operators beforehand to make sure the ones you are interested in are compatible with bf16.*
+#
+# With autocast, the lists are files too: `PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST` and `PT_HPU_AUTOCAST_FP32_OPS_LIST` name files of op names, one a line, that **replace** the bridge's default lists (REFERENCE.md, section 5). The bridge reads them once, at import, so each setting is a fresh process: `notebooks/scripts/autocast_lists.py` runs `linear`, `matmul` and `digamma` under `torch.autocast("hpu", dtype=torch.bfloat16)` and prints the list it read, each op's dtype and the CPU fallbacks. First with the default lists, then with a file that lists `linear` and `digamma`, an op whose HPU kernel has no bf16 version (seed 003's fallback example):
+
+# %%
+my_list = os.path.join(lists, "lower_precision_ops.txt")
+with open(my_list, "w") as f:
+    f.write("linear\ndigamma\n")
+AUTOCAST_LISTS = open("scripts/autocast_lists.py").read()      # notebooks/scripts/autocast_lists.py: open it, edit it
+default_lists = run_fresh(AUTOCAST_LISTS)
+my_lists = run_fresh(AUTOCAST_LISTS, PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST=my_list)
+for name, r in (("default lists", default_lists), ("linear + digamma", my_lists)):
+    print(f"{name:16s} lower-precision list of {len(r['lower_precision_list'])} ops; dtypes {r['dtypes']}; CPU fallbacks {r['fallbacks']}")
+
+# %% [markdown]
+# The file replaced the list, it did not add to it: `matmul`, on the default list, now runs in float32. And `digamma` did run in bf16 as asked, but not on the device: the HPU has no bf16 digamma, so each call falls back to the CPU, a host sync and a round trip (notebook 07, section 1). That is what to check before adding an op to the bf16 list:
+
+# %%
+# claim O4
+assert default_lists["dtypes"] == {"linear": "bfloat16", "matmul": "bfloat16", "digamma": "float32"}
+assert default_lists["fallbacks"] == [] and "matmul" in default_lists["lower_precision_list"]
+assert my_lists["lower_precision_list"] == ["digamma", "linear"]
+assert my_lists["dtypes"] == {"linear": "bfloat16", "matmul": "float32", "digamma": "bfloat16"}
+assert my_lists["fallbacks"] == [["aten::digamma", ["bfloat16"]]]
+assert my_lists["fp32_list_length"] == default_lists["fp32_list_length"]      # the fp32 list was not touched
+
+# %% [markdown]
 # ## 5. HPU Graphs for training
 #
 # > *To do so, specify `--use_hpu_graphs_for_training True`. This option will wrap the model in `habana_frameworks.torch.hpu.ModuleCacher`, which automatically records HPU Graphs on the model's usage.*
@@ -333,6 +336,8 @@ with ev.Collector() as no_graphs:
     train_epoch(plain_model, plain_optimizer, loader)
 
 # %% [markdown]
+# In the panel, after the first fetch (grey, measured), about 110 ms of modeled host time are the captures and compiles: the forward and the backward captured as HPU Graphs (pink bars, each after a host sync, as `hpu.graph()` synchronizes before it captures) and the optimizer's first graphs compiled. After that a step is two replays (blue dots) and the optimizer's launch, thin bars of modeled host work; the grey bars between them are the DataLoader's fetches, your code measured on this CPU, which here outlast everything the step does on the Gaudi clock.
+#
 # With the switch the model's forward and backward are captured once, as two HPU Graphs, and replayed every step; the host no longer traces the model's ops one by one (only the optimizer's, outside the graphs):
 
 # %%
@@ -392,7 +397,7 @@ torch.hpu.synchronize()
 
 
 # %% [markdown]
-# With pipelining the forward graph is launched before the first backward op is traced; without it, the device gets nothing until the backward pass has been traced too:
+# (A panel's dotted lines are its `mark_step`s, labelled "end of step n": a pipelined training step has three, so its panel shows "end of step 1" and "end of step 2" inside one training step.) With pipelining the forward graph is launched before the first backward op is traced; without it, the device gets nothing until the backward pass has been traced too:
 
 # %%
 # claim O7
@@ -406,16 +411,16 @@ assert len(piped.of(ev.Launch)) == len(plain.of(ev.Launch)) + 1
 
 
 # %% [markdown]
-# Yet the pipelined panel's step is *longer* (1.69 ms against 1.63 ms). Both panels say why: this step is host-bound (the device is idle 94% of it), so the host's work is the step. Pipelining adds one graph to build, look up and launch, all host work, and what it gains is that the forward's device work, a few tens of µs here, starts earlier, on a device that was waiting anyway. The same two steps on the Gaudi clock, host time and step time (over the whole recorded block, which starts a little before the panel's window: the figures are larger than the panel's by the same amount):
+# Yet the pipelined panel's step is *longer* than the plain one. Both panels say why: this step is host-bound (the device is idle most of it), so the host's work is the step. Pipelining adds one graph to build, look up and launch, all host work, and what it gains is that the forward's device work, a few tens of µs here, starts earlier, on a device that was waiting anyway. The two variants in a warm loop, `lab.step_times` (3 warm-up steps, then 8 timed, on this notebook's card):
 
 # %%
 # claim O7
-small_clock = {s.title: pm.retime(s.events, CARD) for s in (plain, piped)}
-for title, r in small_clock.items():
-    print(f"{title:30s} host {r.host_ns / 1e3:5.0f} µs, device busy {r.device_busy_ns / 1e3:3.0f} µs, step {r.wall_ns / 1e3:5.0f} µs ({r.verdict})")
-r_plain, r_piped = small_clock[plain.title], small_clock[piped.title]
-assert r_plain.verdict == r_piped.verdict == "host-bound"
-assert r_piped.host_ns > r_plain.host_ns and r_piped.wall_ns > r_plain.wall_ns     # the extra launch is on the critical path
+small = lab.compare({"no pipelining": lab.step_times(lambda: step(data, target, False), card=CARD, name="no pipelining"),
+                     "pipelining_fwd_bwd": lab.step_times(lambda: step(data, target, True), card=CARD, name="pipelining_fwd_bwd")})
+print(small)
+t_plain, t_piped = small.runs["no pipelining"], small.runs["pipelining_fwd_bwd"]
+assert t_plain.verdict == t_piped.verdict == "host-bound"
+assert t_piped.host_ms > t_plain.host_ms and t_piped.wall_ms > t_plain.wall_ms     # the extra launch is on the critical path
 
 # %% [markdown]
 # What pipelining can gain is the forward's device time, run while the host traces the backward instead of after it, less the extra launch. A wider model (bf16, 3072 → 4096 → 10, batch 2048), one step each way recorded once, and re-timed, **what-if**, on first-generation Gaudi, where it is device-bound, and on Gaudi 2, where the same device work takes a fraction of the time and the host is the bottleneck again:
@@ -436,24 +441,22 @@ def wide_step(pipelining):
     wide_opt.step()
     htcore.mark_step()
 
-for p in (False, True, False, True):          # warm up both variants
-    wide_step(p)
-torch.hpu.synchronize()
-wide_runs = {}
-for p in (False, True):
-    with ev.Collector() as c:
-        wide_step(p)
-        torch.hpu.synchronize()
-    wide_runs[p] = c.events
+def wide_step_read(pipelining):                # a step that reads its loss: it ends in a sync
+    wide_step(pipelining)
+    torch.hpu.synchronize()
+
+wide_runs = {p: lab.step_times(lambda: wide_step_read(p), steps=2, warmup=2, card="gaudi", name=f"pipelining={p}")
+             for p in (False, True)}
 
 # %%
 # claim O7
 pipelining_gain = {}
 for name in ("gaudi", "gaudi2"):
-    off, on = pm.retime(wide_runs[False], name), pm.retime(wide_runs[True], name)
-    pipelining_gain[name] = off.wall_ns / on.wall_ns
-    print(f"{pm.card(name).device_name:7s} {off.verdict:12s} step without {off.wall_ns / 1e3:5.0f} µs, with pipelining "
-          f"{on.wall_ns / 1e3:5.0f} µs: {pipelining_gain[name]:.2f}x")
+    cmp = lab.compare({str(p): t.on(name) for p, t in wide_runs.items()})
+    off, on = cmp.runs["False"], cmp.runs["True"]
+    pipelining_gain[name] = cmp.speedup("True")
+    print(f"{pm.card(name).device_name:7s} {off.verdict:12s} step without {off.wall_ms * 1e3:5.0f} µs, with pipelining "
+          f"{on.wall_ms * 1e3:5.0f} µs: {pipelining_gain[name]:.2f}x")
 assert pipelining_gain["gaudi"] > 1.1 and pipelining_gain["gaudi2"] < 1.0
 
 # %% [markdown]
@@ -599,7 +602,7 @@ assert held["non_blocking"] == 0 < held["blocking"]
 # %% [markdown]
 # > *We recommend using it on Gaudi2 where the host can continue to execute other tasks … On first-generation Gaudi, the device executing time is longer so one should not expect to get any speedup.* And of HPU Graphs: *the potential performance gain could be dramatic!*
 #
-# Whether the saved host time shortens the step depends on who waits for whom. A model with more device work, bf16 weights and 12 MB batches (3 steps each way: blocking copies, non-blocking copies, and the whole step in an HPU Graph), recorded once and, **what-if**, re-timed on first-generation Gaudi and on Gaudi 2:
+# Whether the saved host time shortens the step depends on who waits for whom. A model with more device work, bf16 weights and 12 MB batches (`lab.step_times`, 3 steps each way after 2 of warm-up: blocking copies, non-blocking copies, and the whole step in an HPU Graph), recorded once and, **what-if**, re-timed on first-generation Gaudi and on Gaudi 2:
 
 # %%
 torch.manual_seed(0)
@@ -611,7 +614,7 @@ def big_model():
     m = nn.Sequential(nn.Linear(3072, 4096), nn.ReLU(), nn.Linear(4096, 10)).to(torch.bfloat16).to(device)
     return m, torch.optim.SGD(m.parameters(), lr=0.01)
 
-def record_big(mode, steps=3):
+def time_big(mode):
     m, opt = big_model()
     if mode == "HPU Graph":
         sx, st = big_batches[0][0].to(device), big_batches[0][1].to(device)
@@ -633,32 +636,27 @@ def record_big(mode, steps=3):
             htcore.mark_step()
             opt.step()
             htcore.mark_step()
-    step(*big_batches[0])
-    torch.hpu.synchronize()                      # warm up: compile (or capture)
-    with ev.Collector() as c:
-        for i in range(steps):
-            step(*big_batches[i % 2])
-        torch.hpu.synchronize()
-    return c.events
+    batches = itertools.cycle(big_batches)
+    return lab.step_times(lambda: step(*next(batches)), steps=3, warmup=2, card=CARD, name=mode)   # warm-up: compile (or capture)
 
-big_runs = {mode: record_big(mode) for mode in ("non_blocking=False", "non_blocking=True", "HPU Graph")}
+big_runs = {mode: time_big(mode) for mode in ("non_blocking=False", "non_blocking=True", "HPU Graph")}
 
 # %%
 # claim O9
 speedup = {}
 for name in ("gaudi", "gaudi2"):
-    r = {mode: pm.retime(e, name) for mode, e in big_runs.items()}
-    base = r["non_blocking=False"]
-    speedup[name] = {mode: base.wall_ns / x.wall_ns for mode, x in r.items()}
+    cmp = lab.compare({mode: t.on(name) for mode, t in big_runs.items()})
+    base = cmp.baseline
+    speedup[name] = {mode: cmp.speedup(mode) for mode in cmp.runs}
     print(f"{pm.card(name).device_name:7s} lazy mode {base.verdict:12s} step time: " +
-          ", ".join(f"{mode} {x.wall_ns / 3e6:.2f} ms" for mode, x in r.items()))
+          ", ".join(f"{mode} {t.wall_ms:.2f} ms" for mode, t in cmp.runs.items()))
     print(f"{'':7s} speed-up over blocking copies: non_blocking=True {speedup[name]['non_blocking=True']:.2f}x, "
           f"HPU Graph {speedup[name]['HPU Graph']:.2f}x")
 assert speedup["gaudi"]["non_blocking=True"] <= 1.0 < 1.1 < speedup["gaudi2"]["non_blocking=True"]
 assert speedup["gaudi2"]["HPU Graph"] > 1.5 * speedup["gaudi"]["HPU Graph"]
 
 # %% [markdown]
-# On first-generation Gaudi the device is the bottleneck: the host's copies and tracing hide behind its work, so taking them off the host saves nothing (a queued copy even waits behind the previous step on the device's stream). On Gaudi 2 the same device work takes a fraction of the time, the host is the bottleneck, and every microsecond taken off it shortens the step: non-blocking copies help, and an HPU Graph, which takes the tracing away too, helps most.
+# On first-generation Gaudi the device is the bottleneck: the host's copies and tracing hide behind its work, so taking them off the host saves nothing. Worse, the non-blocking run is *slower* there (0.82x), and so is the HPU Graph, whose inputs are also non-blocking copies (0.85x): a copy the host does itself runs on the host lane while the device still works on the previous step, but a queued copy is a DMA on the device's stream, ordered after that step's work (`docs/gaudi_clock.md`, *Copies*), so on a device-bound card each step's 12 MB transfer joins the device's critical path. On Gaudi 2 the same device work takes a fraction of the time, the host is the bottleneck, and every microsecond taken off it shortens the step: non-blocking copies help, and an HPU Graph, which takes the tracing away too, helps most.
 
 # %% [markdown]
 # ## 10. Fused ADAM and fused gradient-norm clipping
@@ -794,18 +792,89 @@ assert torch.hpu.max_memory_allocated() - before - held >= batch_bytes
 # - Lazy mode gives the compiler whole graphs to fuse; eager mode gives it one op at a time.
 # - A last batch of another size costs a compile: pad it (Optimum's default) or drop it.
 # - The first steps compile; exclude them from throughput (`throughput_warmup_steps`).
-# - HMP's lists (or autocast's) decide each op's dtype; the casts are visible nodes.
+# - HMP's lists (or autocast's) decide each op's dtype; the casts are visible nodes. Autocast's lists are files
+#   (`PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST`, `PT_HPU_AUTOCAST_FP32_OPS_LIST`) that replace the defaults: an op put
+#   on the bf16 list without a bf16 kernel falls back to the CPU, so check the supported-ops list first.
 # - `use_hpu_graphs_for_training` is `ModuleCacher`; `pipelining_fwd_bwd` is one more `mark_step` that lets the device
 #   start the forward while the host traces the backward, at the cost of holding the activations as graph outputs; workers take data preparation off the main thread.
 # - Fused AdamW and clip-norm replace the many small ops of the clip and update by a few nodes (section 10 counts them; note the different default eps);
 #   Optimum switches them on in the Gaudi configuration file.
 #
 # ## Exercises
-# 1. In section 2, use `batch_size=200`. Which loaders differ now?
-# 2. In section 4, move `optimizer.step()` out of `hmp.disable_casts()`. What happens to the parameters' dtype?
-# 3. In section 7, measure one epoch with and without pipelining on the small MLP. Does it help here? (Notebook 02's host-bound model is a better candidate.)
-# 4. In section 10, compare `torch.optim.AdamW(foreach=True)` with `FusedAdamW`: how many graph nodes each?
 #
+# Each exercise has a check cell: change the code it names, run the check with your answer, and it says *right*, *wrong* or *not yet*, and why, from what the emulator recorded (counts, dtypes, the Gaudi clock; never a wall time). Run as it is, every check says "not yet".
+
+# %% [markdown]
+# **1.** In section 2, use `batch_size=200` (change the 256 below). How many forward+backward recipes does the epoch of the loader without padding need now? Which of the three loaders still differ?
+
+# %%
+def my_run_1(batch_size=256):                # exercise 1: 200
+    model, optimizer = fresh()
+    train_epoch(model, optimizer, torch.utils.data.DataLoader(train_set, batch_size=batch_size))
+
+answer_1 = None                              # forward+backward recipes of the epoch
+lab.check("06.1", my_run_1, answer_1)
+
+# %% [markdown]
+# **2.** In section 4, move `optimizer.step()` out of `hmp.disable_casts()`. What dtype do the parameters have after the step, and what did HMP do to the update? (`my_run_2` is section 4's step with `AdamW`: SGD's update is one in-place `add_`, which no cast can change; AdamW computes its denominator out of place, with `div` and `add`, both on HMP's bf16 list.)
+
+# %%
+def my_run_2():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        hmp.convert(opt_level="O1", bf16_file_path=os.path.join(lists, "bf16.txt"),
+                    fp32_file_path=os.path.join(lists, "fp32.txt"))
+    try:
+        model, optimizer = fresh(torch.optim.AdamW, lr=1e-3, foreach=False)
+        data, target = two_batches[0]
+        optimizer.zero_grad(set_to_none=True)
+        F.nll_loss(model(data.to(device)), target.to(device)).backward()
+        htcore.mark_step()
+        with hmp.disable_casts():            # exercise 2: call optimizer.step() outside this block
+            optimizer.step()
+        htcore.mark_step()
+        return model
+    finally:
+        hmp._restore()                       # lab-only: undo convert()
+
+answer_2 = None                              # the parameters' dtype after the step, as a string
+lab.check("06.2", my_run_2, answer_2)
+
+# %% [markdown]
+# **3.** In section 7, time a step of the small MLP with and without pipelining: `lab.step_times` of each (return them as `{"plain": ..., "pipelined": ...}`). Does pipelining make the step faster here? (Notebook 02's host-bound model would answer the same; section 7's wide model on first-generation Gaudi is where it helps.)
+
+# %%
+def my_run_3():
+    model, optimizer = fresh()
+    data, target = two_batches[0][0].to(device), two_batches[0][1].to(device)
+
+    def one_step(pipelining):
+        optimizer.zero_grad(set_to_none=True)
+        loss = F.nll_loss(model(data), target)
+        if pipelining:
+            htcore.mark_step()
+        loss.backward()
+        htcore.mark_step()
+        optimizer.step()
+        htcore.mark_step()
+    one_step(False)                          # exercise 3: time both variants with lab.step_times, and return them
+    return None
+
+answer_3 = None                              # True or False
+lab.check("06.3", my_run_3, answer_3)
+
+# %% [markdown]
+# **4.** In section 10, compare `torch.optim.AdamW(foreach=True)` with `FusedAdamW`: how many graph nodes does the update have with each? (Return `update_graph`'s counts.)
+
+# %%
+def my_run_4():
+    return update_graph(lambda p: FusedAdamW(p, lr=1e-3),       # exercise 4: torch.optim.AdamW(p, lr=1e-3, foreach=True)
+                        lambda p: None)                          # (no clipping)
+
+answer_4 = None                              # graph nodes of the update with AdamW(foreach=True)
+lab.check("06.4", my_run_4, answer_4)
+
+# %% [markdown]
 # ## Further reading
 # The pages this notebook teaches, and where to go next:
 # - [Optimum Habana: Accelerating Training](https://huggingface.co/docs/optimum/habana/usage_guides/accelerate_training), the seed of every section here.

@@ -29,6 +29,7 @@ from collections import Counter
 import time, os, re, sys, json, subprocess, tempfile
 from hpu_lab.data import MNISTLike
 import hpu_lab.perfmodel as pm        # the Gaudi clock (docs/gaudi_clock.md)
+from hpu_lab import lab              # step_times, compare, check (docs/lab.md)
 import widgets                        # the panel and other views (reads the events)
 # %load_ext widgets
 torch.manual_seed(0)                  # every run of the notebook draws the same numbers
@@ -152,7 +153,8 @@ def epoch(batch_size):
             optimizer.step()
             htcore.mark_step()
         torch.hpu.synchronize()
-    return pm.retime(c.events, CARD), torch.hpu.max_memory_allocated() - base
+    steps = lab.step_times_of(c.events, every=2, card=CARD, name=f"batch {batch_size}")   # each step ends at its 2nd mark_step
+    return steps, torch.hpu.max_memory_allocated() - base
 
 for b in (100, 400, 800):
     epoch(b)                                   # compile each shape first
@@ -168,18 +170,22 @@ print("peak device memory above the inputs:", {b: f"{results[b][1] / 2**20:.2f} 
 assert peaks[0] < peaks[1] < peaks[2]
 
 # %% [markdown]
-# and so does throughput, as the per-step host cost is spread over more samples, and so is each launch's fixed device cost (the modeled device time of the same 1600 samples falls). Throughput on the Gaudi clock of this notebook's card (the epoch's recorded events re-timed, see `docs/gaudi_clock.md`; host and device are both modeled, so the figures are the same on any machine):
+# and so does throughput, as the per-step host cost is spread over more samples, and so is each launch's fixed device cost (the modeled device time of the same 1600 samples falls). `lab.step_times_of` splits each epoch's recording into its steps and times them on the Gaudi clock of this notebook's card (`docs/gaudi_clock.md`; host and device are both modeled, so the figures are the same on any machine):
 
 # %%
 # claim M4
-samples_per_s = {b: len(train_set) / (results[b][0].wall_ns / 1e9) for b in results}
-for b, (r, _) in results.items():
-    print(f"batch {b:3d}: {samples_per_s[b]:9.0f} samples/s on {r.card.device_name}, {r.verdict}, "
-          f"device busy {r.device_busy_ns / 1e6:.2f} ms of {r.wall_ns / 1e6:.1f} ms")
-busy = {b: results[b][0].device_busy_ns for b in results}      # modeled device time for the same 1600 samples
+samples_per_s = {b: results[b][0].per_second(b) for b in results}
+for b, (t, _) in results.items():
+    print(f"batch {b:3d}: {samples_per_s[b]:9.0f} samples/s on {t.card.device_name}, {t.verdict}, {len(t.steps):2d} steps, "
+          f"device busy {t.device_ms:.3f} ms of a {t.wall_ms:.3f} ms step")
+busy = {b: results[b][0].device_ms * len(results[b][0].steps) for b in results}   # modeled device time for the same 1600 samples
+launches = {b: sum(s.launches for s in results[b][0].steps) for b in results}
 assert busy[100] > busy[400] > busy[800]                       # fewer, bigger launches: less fixed cost per sample
-assert results[800][0].launches < results[100][0].launches     # 8x fewer steps, each costs the same host work
+assert launches[800] < launches[100]                           # 8x fewer steps, each costs the same host work
 assert samples_per_s[100] < samples_per_s[400] < samples_per_s[800]
+
+# %% [markdown]
+# The step takes the same 1.69 ms at every batch size: it is the host's work, the same ops whatever the batch, and the device's 0.07 ms a step barely grows. So the throughput grows in proportion to the batch (8x the batch, 8x the samples/s), for as long as the step stays host-bound; notebook 03's curves show where that stops.
 
 # %% [markdown]
 # The seed's two other limits on batch size:
@@ -198,6 +204,9 @@ for b in (1, 16, 256, 4096):
 sizes = sorted(latency_ns)
 assert all(latency_ns[a] < latency_ns[b] for a, b in zip(sizes, sizes[1:]))              # latency grows
 assert all(latency_ns[a] / a > latency_ns[b] / b for a, b in zip(sizes, sizes[1:]))      # per-sample cost falls
+
+# %% [markdown]
+# The latency grows by less than half from 1 image to 4096: at these sizes a launch's fixed cost is most of the modeled device time. For this small model, batching is almost free; for a large one the latency grows with the batch, and a latency budget caps it.
 
 # %% [markdown]
 # > *3. Large batch size in each Gaudi device may impact the convergence in data parallelism distributed training. For example, the highest global batch size that gives RN50 convergence is around 32K. This means that with an increasing number of Gaudi devices, batch size should be reduced in each device.*
@@ -435,14 +444,14 @@ for data, target in batches:
 torch.hpu.synchronize()
 
 # %% [markdown]
-# The advice, first words of each line (the full text is in the panel's Advice tab). On the Gaudi clock the device is busy for a small part of each step (section 3), so the first line says host-bound, and the window holds only the steps (no compile, no data loading):
+# The panel's dotted lines are its `mark_step`s, two a training step, so its "end of step 26" is the end of the 13th training step's first graph. The advice, first words of each line (the full text is in the panel's Advice tab). On the Gaudi clock the device is busy for a small part of each step (section 3), so the first line says host-bound, and the window holds only the steps (no compile, no data loading):
 
 # %%
 advice = widgets.advise(small_batch.events)
 for line in advice:
     print("-", line.split(":")[0])
-r = pm.retime(small_batch.events, CARD)
-print(f"{r.card.device_name}: device busy {r.device_busy_ns / 1e6:.2f} ms of {r.wall_ns / 1e6:.2f} ms, {r.verdict}")
+r = lab.step_times_of(small_batch.events, every=2, card=CARD, name="batch 100")       # its 16 steps
+print(f"{r.card.device_name}: device busy {r.device_ms:.3f} ms of a {r.wall_ms:.3f} ms step, {r.verdict}")
 assert small_batch.of(ev.Compile) == [] and small_batch.of(ev.UserCode) == []
 assert len(small_batch.of(ev.MarkStep)) == 2 * 16
 assert advice[0].startswith("host-bound") and r.verdict == "host-bound"
@@ -452,46 +461,18 @@ assert advice[0].startswith("host-bound") and r.verdict == "host-bound"
 #
 # > *Disk Caching is a mechanism that can limit the number of graph compilations for both training and inference workloads … the PyTorch bridge iterates over recipes in cache and removes the oldest recipes (by creation date on file system) first until the total size is under the limit.*
 #
-# A training script, run as separate processes with `PT_HPU_RECIPE_CACHE_CONFIG=<folder>,<delete>,<max MB>`; it prints what its recipe lookups found, as JSON:
+# A training script, `notebooks/scripts/cached_training.py` (open it beside this notebook), run as separate processes with `PT_HPU_RECIPE_CACHE_CONFIG=<folder>,<delete>,<max MB>`; it prints what its recipe lookups found, as JSON:
 
 # %%
 workdir = tempfile.mkdtemp()
 cache_dir = os.path.join(workdir, "recipes")
-TRAIN_SCRIPT = """
-import json, sys, threading
-import torch, torch.nn as nn, torch.nn.functional as F
-import hpu_lab, hpu_lab.core as htcore
-from hpu_lab import disk_cache, events as ev
-
-width = int(sys.argv[1])
-torch.manual_seed(0)
-model = nn.Sequential(nn.Flatten(), nn.Linear(784, width), nn.ReLU(), nn.Linear(width, 10)).to("hpu")
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-with ev.Collector() as c:
-    for step in range(3):
-        x, t = torch.randn(64, 1, 28, 28).to("hpu"), torch.randint(0, 10, (64,)).to("hpu")
-        opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(x), t)
-        loss.backward()
-        htcore.mark_step()
-        opt.step()
-        htcore.mark_step()
-    final = round(loss.item(), 4)
-lookups = c.of(ev.CacheLookup)
-print(json.dumps({"launches": len(c.of(ev.Launch)), "compiles": len(c.of(ev.Compile)),
-                  "memory_hits": sum(e.hit for e in lookups if e.source == "memory"),
-                  "disk_hits": sum(e.hit for e in lookups if e.source == "disk"),
-                  "disk_misses": sum(not e.hit for e in lookups if e.source == "disk"),
-                  "writer_threads": [t.name for t in threading.enumerate() if t.name == "hpu_lab-disk-cache"],
-                  "loss": final}))
-disk_cache.flush_writes()
-"""
+TRAIN_SCRIPT = os.path.abspath("scripts/cached_training.py")   # notebooks/scripts/cached_training.py: open it, edit it
 
 def run_script(width, delete="false", max_mb=1024, log=False):
     env = dict(os.environ, PT_HPU_RECIPE_CACHE_CONFIG=f"{cache_dir},{delete},{max_mb}")
     if log:
         env.update(ENABLE_CONSOLE="true", LOG_LEVEL_PT_HABHELPER="2")
-    p = subprocess.run([sys.executable, "-c", TRAIN_SCRIPT, str(width)], cwd=workdir, env=env,
+    p = subprocess.run([sys.executable, TRAIN_SCRIPT, str(width)], cwd=workdir, env=env,
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     return json.loads(p.stdout.strip().splitlines()[-1]), p.stderr
@@ -557,7 +538,7 @@ before_lock = set(recipes())
 env = dict(os.environ, PT_HPU_RECIPE_CACHE_CONFIG=f"{cache_dir},false,{cap_mb}")
 with open(os.path.join(cache_dir, "eviction.lock"), "a+") as lock:
     fcntl.flock(lock, fcntl.LOCK_EX)                  # "another process is evicting"
-    p = subprocess.Popen([sys.executable, "-c", TRAIN_SCRIPT, "32"], cwd=workdir, env=env,
+    p = subprocess.Popen([sys.executable, TRAIN_SCRIPT, "32"], cwd=workdir, env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     trained = json.loads(next(l for l in p.stdout if l.startswith("{")))   # it has trained and queued its recipes
     kept_while_locked = before_lock <= set(recipes())
@@ -586,6 +567,9 @@ print(f"cap {cap_mb} MB: {tight[0]} eviction messages, {tight[1]} compiles | cap
       f"{roomy[0]} messages, {roomy[1]} compiles, then a second time: {again[0]} messages, {again[1]} compiles")
 assert tight[0] > 0 and tight[1] > 0                 # evicted, so compiled again
 assert roomy[0] == again[0] == 0 and again[1] == 0   # room for both: no message, and the next runs compile nothing
+
+# %% [markdown]
+# The first pass with the larger cap still compiles twice: under the tight cap each run evicted the other model's recipes, so the width-96 model's were gone. With room for both nothing is evicted, and the next pass compiles nothing.
 
 # %% [markdown]
 # The middle field is the seed's "delete" flag:
@@ -652,7 +636,7 @@ loss = train(print_freq=0)
 print(f"final loss {loss.item():.3f}")
 
 # %% [markdown]
-# Every print made the host wait for the device; the quiet run waited once. The Timeline shows the red waits:
+# Every print made the host wait for the device (the red diamonds, one a step; the panel labels each `mark_step`, two a step, as "end of step n"); the quiet run waited once:
 
 # %%
 # claim M9
@@ -877,23 +861,140 @@ assert torch.equal(on_hpu.a.detach().cpu(), on_cpu.a.detach())
 assert not torch.equal(on_cpu.a.detach(), torch.ones(2))      # the steps did change the weight
 
 # %% [markdown]
+# The negative case, *"only if they are created inside the module"*: a weight made **outside** the module and handed to it twice, as two `Parameter`s around one tensor. On the CPU the two parameters share that tensor's storage, so each SGD step updates the one weight twice. `.to("hpu")` moves each parameter on its own (`nn.Module._apply`, as for CUDA), and one storage becomes two: the slots are untied, and training gives another answer than on the CPU, exactly that of two independent weights:
+
+# %%
+# claim M12
+class SharedFromOutside(torch.nn.Module):   # weights made outside the module, then wrapped
+    def __init__(self, weight_a, weight_b):
+        super().__init__()
+        self.a = torch.nn.Parameter(weight_a)
+        self.b = torch.nn.Parameter(weight_b)
+
+    def forward(self, input):
+        return self.a * input + self.b * input
+
+def train_outside(dev, weight_a, weight_b, steps=3):
+    module = SharedFromOutside(weight_a, weight_b).to(dev)
+    opt = torch.optim.SGD(module.parameters(), lr=0.01)
+    for i in range(steps):
+        x = torch.tensor([1.0, 2.0 + i]).to(dev)
+        opt.zero_grad()
+        (module(x) ** 2).sum().backward()
+        opt.step()
+        htcore.mark_step()
+    return module
+
+w = torch.ones([2])
+outside_cpu = train_outside("cpu", w, w)                          # one tensor, two parameters
+w = torch.ones([2])
+outside_hpu = train_outside(device, w, w)
+untied_cpu = train_outside("cpu", torch.ones([2]), torch.ones([2]))   # two separate weights, for reference
+print("one storage for a and b: cpu", outside_cpu.a.data_ptr() == outside_cpu.b.data_ptr(),
+      "| hpu", outside_hpu.a.data_ptr() == outside_hpu.b.data_ptr())
+print("a after 3 steps: cpu", outside_cpu.a.detach().tolist(), " hpu", outside_hpu.a.detach().cpu().tolist(),
+      " two separate weights on cpu", untied_cpu.a.detach().tolist())
+assert outside_cpu.a.data_ptr() == outside_cpu.b.data_ptr()                  # tied on the CPU ...
+assert outside_hpu.a.data_ptr() != outside_hpu.b.data_ptr()                  # ... not after the move
+assert not torch.equal(outside_hpu.a.detach().cpu(), outside_cpu.a.detach())   # so the training differs
+assert torch.equal(outside_hpu.a.detach().cpu(), untied_cpu.a.detach())         # it is the untied model's
+
+# %% [markdown]
+# The CPU run's weight also differs from the tied one above, in the seventh digit (0.77868795 against 0.77868801): two parameters over one storage are two SGD updates of the same memory, each with its own gradient, where the tied parameter gets one update with the sum of both gradients.
+
+# %% [markdown]
+# Nothing warns: the hpu model trains, just not the model you built. The same happens on CUDA; the fix is the seed's, tie the weights inside the module (`module.a = module.b`), so that there is one `Parameter` to move.
+
+# %% [markdown]
 # ## Summary
 # - Check the CPU-fallback log: every fallback is a host sync and a round trip to the CPU; change the dtype or the op.
 # - Bigger batches use more device memory and give more throughput, until memory runs out; they raise the latency of
 #   each batch, and across many cards the global batch is bounded by convergence (RN50: about 32K).
 # - Fused optimizers and FusedSDPA replace many small ops by one: less host time, less memory; FusedSDPA's mode follows
 #   `torch.hpu.sdp_kernel(enable_recompute=...)`, and its restrictions (FP32/BF16, no batch broadcast in recompute mode) raise.
-# - `pin_memory=True` saves the host's staging copy of every batch; shared weights stay shared after `.to("hpu")`.
+# - `pin_memory=True` saves the host's staging copy of every batch. Weights tied inside the module (`module.a = module.b`)
+#   stay tied after `.to("hpu")`; two parameters around one tensor made outside it are untied by the move, silently.
 # - The disk recipe cache carries compiled recipes across runs (memory first, then disk), writes them in the background,
 #   and keeps its folder under 0.99 x the cap, one evicting process at a time; `true` in the middle clears it at start.
 # - Print rarely, and update a progress bar's loss every 20 steps or more: every `.item()` is a host sync. Keep loop variables out of the graph (`torch.roll`).
 #
 # ## Exercises
-# 1. In section 1, call `torch.lgamma` on bfloat16. What does the log say?
-# 2. In section 3, try batch 1600 with `HPU_LAB_MEMORY_LIMIT` set so that 800 fits but 1600 does not (`hpu_lab.config.set`). What error do you get?
-# 3. In section 10, print every 4 steps, then move the print after `optimizer.step()`. How many syncs, and how long does the Gaudi clock say the host waited?
-# 4. In section 12, replace `steps[i]` by `steps[i].item()` (a Python float). Does that avoid the recompiles? What does it cost?
 #
+# Each exercise has a check cell: change the code it names, run the check with your answer, and it says *right*, *wrong* or *not yet*, and why, from what the emulator recorded (fallbacks, errors, syncs, recipes; never a wall time). Run as it is, every check says "not yet".
+
+# %% [markdown]
+# **1.** In section 1, call `torch.lgamma` on bfloat16 instead of `torch.digamma`. Which op does the fallback log name?
+
+# %%
+def my_run_1():
+    x = torch.linspace(1, 3, 6, device=device).to(torch.bfloat16)
+    y = torch.digamma(x)                     # exercise 1: torch.lgamma
+    htcore.mark_step()
+    return y
+
+answer_1 = None                              # the op's name, as the log gives it
+lab.check("07.1", my_run_1, answer_1)
+
+# %% [markdown]
+# **2.** In section 3, train one step at batch 1600 with `HPU_LAB_MEMORY_LIMIT` set (`hpu_lab.config.set`, a size such as `"4MiB"`) so that 800 fits but 1600 does not. What error do you get?
+
+# %%
+def my_run_2(batch_size=800, limit=None):    # exercise 2: 1600, and a limit
+    old = hpu_lab.config.get("HPU_LAB_MEMORY_LIMIT")
+    if limit is not None:
+        hpu_lab.config.set(HPU_LAB_MEMORY_LIMIT=limit)
+    try:
+        torch.manual_seed(0)
+        model = Net().to(device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        data, target = torch.randn(batch_size, 1, 28, 28).to(device), torch.randint(0, 10, (batch_size,)).to(device)
+        optimizer.zero_grad(set_to_none=True)
+        F.nll_loss(model(data), target).backward()
+        htcore.mark_step()
+        optimizer.step()
+        htcore.mark_step()
+        torch.hpu.synchronize()
+    finally:
+        hpu_lab.config.set(HPU_LAB_MEMORY_LIMIT=str(old))     # the limit is only for this run
+
+answer_2 = None                              # the error's type name
+lab.check("07.2", my_run_2, answer_2)
+
+# %% [markdown]
+# **3.** In section 10, print every 4 steps, and move the print after `optimizer.step()`. How many host syncs in the 8 steps? How long does the Gaudi clock say the host waited (the check prints it)?
+
+# %%
+def my_run_3():
+    for i, (data, target) in enumerate(batches):
+        optimizer.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(data), target)
+        loss.backward()
+        htcore.mark_step()
+        print(f"step {i}: loss {loss.item():.3f}")       # exercise 3: every 4 steps, after optimizer.step()
+        optimizer.step()
+        htcore.mark_step()
+
+answer_3 = None                              # host syncs in the 8 steps
+lab.check("07.3", my_run_3, answer_3)
+
+# %% [markdown]
+# **4.** In section 12, replace `steps[i]` and `steps[i + 1]` by `steps[i].item()` and `steps[i + 1].item()` (Python floats). Does that avoid the recompiles? How many recipes does the loop need, and what does it cost instead?
+
+# %%
+def my_run_4():
+    x = torch.randn(4, 16, device=device)
+    steps = torch.linspace(1, 0, num_steps + 1, device=device)
+    htcore.mark_step()
+    for i in range(4, num_steps):
+        t_1 = steps[i]                       # exercise 4: steps[i].item()
+        t_2 = steps[i + 1]                   # exercise 4: steps[i + 1].item()
+        x = x * t_1 + (t_2 - t_1) * torch.tanh(x)
+        htcore.mark_step()
+
+answer_4 = None                              # recipes the loop needs
+lab.check("07.4", my_run_4, answer_4)
+
+# %% [markdown]
 # ## Further reading
 # The Intel pages this notebook teaches, and where to go next:
 # - [General Model Optimizations](https://docs.habana.ai/en/latest/PyTorch/Model_Optimization_PyTorch/Optimization_in_PyTorch_Models.html), the seed of every section here.

@@ -55,7 +55,7 @@ from habana_frameworks.torch.distributed.hccl import initialize_distributed_hpu
 from hpu_lab.distributed.fast_ddp import all_reduce_gradients
 from hpu_lab.metrics import metric_localcontext
 from hpu_lab import events as ev
-import hpu_lab.perfmodel as pm                         # the Gaudi clock
+from hpu_lab import lab                                # lab.step_times_of: the Gaudi clock's step times
 import widgets                                         # records a run's events and draws its timeline
 
 world_size, rank, local_rank = initialize_distributed_hpu()   # reads torchrun's variables
@@ -102,7 +102,7 @@ def train(mode, steps=3, warmup=1, **kw):
         copies.append(sum(e.op in ("aten::copy", "aten::copy_") for e in c.of(ev.OpAccumulated)))   # device-to-device
         if i >= warmup:                                # compiled, buckets learnt: steady steps
             warm += c.events
-    step_us = pm.retime(warm, "gaudi2").wall_ns / (steps - warmup) / 1e3    # on Gaudi 2's clock
+    step_us = lab.step_times_of(warm, steps=steps - warmup, card="gaudi2").wall_ms * 1e3   # a step, on Gaudi 2's clock
     gc.collect()                                       # only what is still referenced: not when Python collects
     held = torch.hpu.memory_allocated() - base         # weights, gradients, DDP's buckets
     checksum = sum(p.detach().cpu().double().sum().item() for p in model.parameters())
@@ -120,11 +120,11 @@ def timeline(name, run):                               # run(), and this card's 
     return result
 
 
-def buckets():
+def buckets(fusion="float32"):                         # fast_ddp's buffer dtype (optimum-habana's default: bfloat16)
     report(ddp_25MB=train("ddp", bucket_cap_mb=25),
            ddp_50KB=train("ddp", bucket_cap_mb=0.05),
            ddp_50KB_grad_view=train("ddp", bucket_cap_mb=0.05, gradient_as_bucket_view=True),
-           fast_ddp=train("fast_ddp", fusion_buffer_dtype=torch.float32))
+           fast_ddp=dict(train("fast_ddp", fusion_buffer_dtype=getattr(torch, fusion)), fusion_dtype=fusion))
 
 
 def collectives(pictures="no"):                        # steady steps, timed on Gaudi 2's clock
@@ -150,19 +150,20 @@ class RowParallelLinear(nn.Module):                    # tensor parallelism: eac
         return y + self.bias
 
 
-def inference():                                       # PT_HPU_ENABLE_LAZY_COLLECTIVES comes from the launch
+def inference(layer="row"):                            # PT_HPU_ENABLE_LAZY_COLLECTIVES comes from the launch
     torch.manual_seed(0)
     full = nn.Linear(16, 8)
-    model = htcore.hpu.wrap_in_hpu_graph(RowParallelLinear(full).to("hpu").eval())
+    parallel = {"row": RowParallelLinear}[layer](full)  # (exercise 3: add a column-parallel layer)
+    model = htcore.hpu.wrap_in_hpu_graph(parallel.to("hpu").eval())
     xs = [torch.randn(4, 16) * i for i in (1, 2, 3, 4)]
     try:
         with metric_localcontext("hpu_graph") as hg, torch.no_grad():
             answers = [model(x.to("hpu")).cpu() for x in xs]
     except RuntimeError as e:
-        report(error=f"{type(e).__name__}: {e}")
+        report(layer=type(parallel).__name__, error=f"{type(e).__name__}: {e}")
         return
     correct = all(torch.allclose(a, full(x), atol=1e-5) for a, x in zip(answers, xs))
-    report(error=None, captures=hg.captures, replays=hg.replays, correct=correct)
+    report(layer=type(parallel).__name__, error=None, captures=hg.captures, replays=hg.replays, correct=correct)
 
 
 globals()[sys.argv[1]](*sys.argv[2:])                 # the scenario, and its options
@@ -249,6 +250,9 @@ assert all(r[k]["device_bytes"] > 0 for r in runs.values() for k in ("ddp_50KB",
 assert copies - views >= 0.9 * grad_bytes
 
 # %% [markdown]
+# The two figures are whole copies of the 154 152 gradient bytes: without views a card holds three (the weights, the gradients, the buckets), with views two (the weights, and the buckets, which are the gradients).
+
+# %% [markdown]
 # And the device-to-device copies the seed speaks of: without views, DDP copies each of the 8 gradients into its bucket before the all-reduce and the reduced bucket back into the gradient after it; with views the backward writes straight into the bucket. Copies traced per step:
 
 # %%
@@ -276,6 +280,9 @@ device_stream = launch("collectives", PT_HPU_ENABLE_LAZY_COLLECTIVES="true")
 # %%
 from IPython.display import Image
 Image(filename=os.path.join(workdir, "timeline_ddp_50KB_card0.png"))
+
+# %% [markdown]
+# The collective bars themselves are slivers (pink, each beside a red wait): on Gaudi 2's clock an all-reduce of a 50 KB bucket between two cards is a few µs. What the picture shows at each collective is the host waiting; between them, the host's tracing (the green bars) is most of the 6 ms step, and the device is idle 96% of it.
 
 # %% [markdown]
 # *In practice:* host waits for a collective per step, in the two launches:
@@ -323,7 +330,7 @@ for name, res in (("gloo on the host (default)", eager_transport), ("lazy collec
     assert t["ddp_50KB"] > 1.3 * t["fast_ddp"]
 
 # %% [markdown]
-# This small MLP's step is host-bound, so what decides is the host's work per step: DDP's hooks, its copies into and out of the buckets (16 per step here) and three collectives, against fast_ddp's one buffer and one all-reduce. Bucket views take the copies away and recover part of the difference. "Usually": for a device-bound model whose all-reduces hide under the backward pass, DDP's overlap of early buckets with the rest of the backward can win back what its host work costs.
+# Lazy collectives take the host's waits away, yet the step is only about 5% shorter: the device has little to do, so each wait was short, and the host's own work is most of the step. This small MLP's step is host-bound, so what decides is the host's work per step: DDP's hooks, its copies into and out of the buckets (16 per step here) and three collectives, against fast_ddp's one buffer and one all-reduce. Bucket views take the copies away and recover part of the difference. "Usually": for a device-bound model whose all-reduces hide under the backward pass, DDP's overlap of early buckets with the rest of the backward can win back what its host work costs.
 
 # %% [markdown]
 # ## 4. Multi-card inference with HPU Graphs
@@ -353,10 +360,43 @@ assert all(r["error"] is None and r["captures"] == 1 and r["replays"] == 3 and r
 # - A collective inside an HPU Graph must be part of the graph: that is what `PT_HPU_ENABLE_LAZY_COLLECTIVES=true` does.
 #
 # ## Exercises
-# 1. Launch `buckets` on 3 cards. Do the all-reduce counts change? Should they?
-# 2. Give `fast_ddp` its default `fusion_buffer_dtype=torch.bfloat16`. Do the cards still agree with DDP's weights? How closely?
-# 3. Make the row-parallel layer column-parallel (split the outputs, then `all_gather`). Does it capture with lazy collectives?
 #
+# Each exercise has a check cell: change the code it names, run the check with your answer, and it says *right*, *wrong* or *not yet*, and why, from what the cards reported (all-reduce counts, checksums, captures; never a wall time). Run as it is, every check says "not yet". Each check launches the cards again: a few seconds each.
+
+# %%
+from hpu_lab import lab
+
+# %% [markdown]
+# **1.** Launch `buckets` on 3 cards. Do the all-reduce counts change? Should they? (How many all-reduces a step with 50 KB buckets, after the first step?)
+
+# %%
+def my_run_1():
+    return launch("buckets", cards=2)        # exercise 1: 3 cards
+
+answer_1 = None                              # all-reduces a step, 50 KB buckets, after the first step
+lab.check("08.1", my_run_1, answer_1)
+
+# %% [markdown]
+# **2.** Give `fast_ddp` its optimum-habana default, `fusion_buffer_dtype=torch.bfloat16` (the scenario's option: `"buckets bfloat16"`). Are its weights still DDP's, to within 1e-5 of their sum? Do the cards still agree with each other?
+
+# %%
+def my_run_2():
+    return launch("buckets float32")         # exercise 2: "buckets bfloat16"
+
+answer_2 = None                              # True or False
+lab.check("08.2", my_run_2, answer_2)
+
+# %% [markdown]
+# **3.** Make the row-parallel layer column-parallel: in `multicard.py`, a `ColumnParallelLinear` whose card holds `out_features // world_size` rows of the weight and of the bias, computes its share of the outputs, and puts the shares side by side with `dist.all_gather` then `torch.cat`; add it to `inference`'s dict as `"column"`, re-run the `%%writefile` cell, and launch `"inference column"`. Does it capture with lazy collectives, with correct answers?
+
+# %%
+def my_run_3():
+    return launch("inference row", PT_HPU_ENABLE_LAZY_COLLECTIVES="true")     # exercise 3: "inference column"
+
+answer_3 = None                              # True or False
+lab.check("08.3", my_run_3, answer_3)
+
+# %% [markdown]
 # ## Further reading
 # The Intel pages this notebook teaches, and where to go next:
 # - [PyTorch Gaudi Theory of Operations](https://docs.habana.ai/en/latest/PyTorch/Reference/PyTorch_Gaudi_Theory_of_Operations.html), *Distributed Training*: HCCL as torch.distributed's backend.
