@@ -104,8 +104,22 @@ def _name(e: ev.Event) -> str:
             "Error": "error"}.get(e.kind, e.kind)
 
 
-def _lane_name(lane: str) -> str:
-    return "host (Python)" if lane == "host" else f"{lane} (device stream {lane.split(':')[-1]})"
+def lane_name(lane: str, measured: bool = False, sep: str = " ") -> str:
+    """What a lane is, as the trace and the panels (widgets/timeline.py) both name it: your code
+    (``"user"``: UserCode events, always measured), the host (on the Gaudi clock the modeled Gaudi
+    host, i.e. the bridge's work: docs/gaudi_clock.md section 3; on the measured clock the emulator on
+    this CPU) or a device stream ``hpu:N``. ``sep`` goes before the parenthesis (a newline in a panel)."""
+    if lane == "user":
+        return f"your code{sep}(measured, this CPU)"
+    if lane == "host":
+        return f"host: emulator{sep}(measured, this CPU)" if measured else f"host: the bridge{sep}(modeled)"
+    stream = lane.split(":")[-1]
+    return f"{lane} device, stream {stream}{sep}({'emulated, measured' if measured else 'modeled'})"
+
+
+def _lane_of(e: ev.Event) -> str:
+    """Your own code gets its own lane, as in the panels: it is measured, the host lane modeled."""
+    return "user" if isinstance(e, ev.UserCode) else e.lane
 
 
 CLOCKS = ("gaudi", "measured")
@@ -129,11 +143,13 @@ def chrome_trace(events: Sequence[ev.Event], clock: str = "gaudi", device=None) 
         events, label = r.events, f"Gaudi clock: {r.card.device_name} (modeled)"
     events = sorted(events, key=lambda e: e.t_start)
     t0 = min((e.t_start for e in events), default=0)
-    lanes = ["host"] + sorted({e.lane for e in events if e.lane != "host"}, key=lambda s: (len(s), s))
+    lanes = ["host"] + (["user"] if any(isinstance(e, ev.UserCode) for e in events) else []) + \
+        sorted({e.lane for e in events if e.lane != "host"}, key=lambda s: (len(s), s))
     tid = {lane: i for i, lane in enumerate(lanes)}
     out = [{"ph": "M", "pid": 0, "tid": 0, "name": "process_name", "args": {"name": f"hpu_lab \u2014 {label}"}}]
     for lane, i in tid.items():
-        out.append({"ph": "M", "pid": 0, "tid": i, "name": "thread_name", "args": {"name": _lane_name(lane)}})
+        out.append({"ph": "M", "pid": 0, "tid": i, "name": "thread_name",
+                    "args": {"name": lane_name(lane, measured=clock == "measured")}})
         out.append({"ph": "M", "pid": 0, "tid": i, "name": "thread_sort_index", "args": {"sort_index": i}})
     launched = {e.launch_id for e in events if isinstance(e, ev.DeviceExecution)}
 
@@ -141,7 +157,7 @@ def chrome_trace(events: Sequence[ev.Event], clock: str = "gaudi", device=None) 
         return round((t - t0) / 1000.0, 3)
 
     for e in events:
-        base = {"name": _name(e), "cat": e.kind, "pid": 0, "tid": tid[e.lane], "ts": us(e.t_start)}
+        base = {"name": _name(e), "cat": e.kind, "pid": 0, "tid": tid[_lane_of(e)], "ts": us(e.t_start)}
         if isinstance(e, ev.MemorySample):
             out.append({**base, "ph": "C", "name": "memory",
                         "args": {"InUse": e.in_use, "MaxInUse": e.max_in_use}})

@@ -9,8 +9,9 @@ profiler exports:
   a ``schedule``, or the whole ``with`` block), every hpu_lab event is collected;
 - ``export_chrome_trace`` (also reached through ``tensorboard_trace_handler``) writes Kineto's trace,
   then adds those events as one more process, "HPU 0 (hpu_lab emulated)", with a thread per lane:
-  "host (Python)" for graph builds, cache lookups, compiles, launches, host syncs, copies and
-  mark_steps, and one per device stream for the recipes' execution (with flow arrows from each
+  "host: emulator (measured, this CPU)" for graph builds, cache lookups, compiles, launches, host
+  syncs, copies and mark_steps (your own code: "your code (measured, this CPU)"; the lanes are
+  named as the panels name them, ``hpu_lab.profiler.lane_name``), and one per device stream for the recipes' execution (with flow arrows from each
   launch to its execution), all on the trace's own clock: the times measured on this CPU, as
   Kineto's are (the Gaudi clock's modeled times are ``hpu_lab.profiler.export_chrome_trace``'s).
 

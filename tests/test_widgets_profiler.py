@@ -19,7 +19,8 @@ def test_chrome_trace_counts_and_lanes(tmp_path):
     data = json.load(open(path))
     te = data["traceEvents"]
     threads = {e["tid"]: e["args"]["name"] for e in te if e["ph"] == "M" and e["name"] == "thread_name"}
-    assert threads == {0: "host (Python)", 1: "hpu:0 (device stream 0)"}
+    # the panels' names (profiler.lane_name): on the measured clock the host lane is the emulator's
+    assert threads == {0: "host: emulator (measured, this CPU)", 1: "hpu:0 device, stream 0 (emulated, measured)"}
     spans = [e for e in te if e["ph"] == "X"]
     instants = [e for e in te if e["ph"] == "i"]
     counters = [e for e in te if e["ph"] == "C"]
@@ -111,3 +112,23 @@ def test_profiler_imports_no_plotting_library():
             "print(bad); sys.exit(1 if bad else 0)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_trace_lanes_are_named_as_the_panels_name_them():
+    """On the Gaudi clock the host lane is the modeled Gaudi host (the bridge's work), not "host
+    (Python)"; your own code, measured, is a lane of its own, as in the panels."""
+    from widgets import timeline as tl
+    s = Sim()
+    t = s.t
+    s.t += 3 * MS
+    s._emit(ev.UserCode(t, s.t, "host", s.step, what="data loading", src="train.py:5", own_ns=3 * MS))
+    s.op(n=5)
+    s.mark_step()
+    for clock, measured in (("gaudi", False), ("measured", True)):
+        te = profiler.chrome_trace(s.events, clock=clock)["traceEvents"]
+        threads = {e["tid"]: e["args"]["name"] for e in te if e["ph"] == "M" and e["name"] == "thread_name"}
+        names = [tl.lane_title(lane, measured).replace("\n", " ") for lane in ("host", "user", "hpu:0")]
+        assert list(threads.values()) == names, threads
+        assert names[0] == ("host: emulator (measured, this CPU)" if measured else "host: the bridge (modeled)")
+        (user,) = [e for e in te if e.get("cat") == "UserCode"]
+        assert threads[user["tid"]] == "your code (measured, this CPU)"
