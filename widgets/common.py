@@ -35,6 +35,7 @@ COLORS = {
     "cpu fallback": "#d4b9da",
     "compiled call": "#c7e9c0",
     "execute": "#f28e2b",
+    "earlier": "#ffbb78",      # an earlier step's recipe still running in a step range's window
     "idle": "#eeeeee",
     "your code": "#bab0ac",     # UserCode: measured on this CPU
     "copy D2H": "#9467bd",
@@ -127,13 +128,122 @@ def step_of(e: ev.Event, launches: Dict[int, int]) -> int:
     return e.step
 
 
+# ----------------------------------------------------------------------------- the window's own steps
+#
+# An event's ``step`` counts mark_steps since the process started: lazy mode's training step has two
+# (forward+backward, optimizer), a replayed step none, and a section that starts late in a notebook
+# starts at step 187. The views count the recorded window's own *training* steps from 1 instead:
+# a step ends at a mark_step or at an HPU Graph replay (outside a capture), and a loop's steps repeat
+# their call sites, so a step ends where the next boundary's call site was already seen in it (the
+# loop went round), or where a mark_step is followed by a replay (warm-up steps, then replays).
+
+STEP_BOUNDARIES = (ev.MarkStep, ev.Replay, ev.CaptureBegin, ev.CaptureEnd)
+
+
+def step_ends(events: Sequence[ev.Event]) -> List[int]:
+    """Indices in ``events`` of the mark_steps and replays that end the window's training steps."""
+    bounds = []                         # (index, call-site signature, kind)
+    capturing = 0
+    for i, e in enumerate(events):
+        t = type(e)
+        if t is ev.CaptureBegin:
+            capturing += 1
+        elif t is ev.CaptureEnd:
+            capturing = max(0, capturing - 1)
+        elif capturing == 0 and t is ev.MarkStep:
+            bounds.append((i, ("mark_step", e.src), t))
+        elif capturing == 0 and t is ev.Replay:
+            bounds.append((i, ("replay", e.src, e.graph_id), t))
+    ends: List[int] = []
+    seen: set = set()
+    for j, (i, sig, t) in enumerate(bounds):
+        seen.add(sig)
+        if j + 1 == len(bounds):
+            ends.append(i)
+            break
+        nxt_sig, nxt_t = bounds[j + 1][1], bounds[j + 1][2]
+        if nxt_sig in seen or (t is ev.MarkStep and nxt_t is ev.Replay):
+            ends.append(i)
+            seen = set()
+    return ends
+
+
+def own_steps(events: Sequence[ev.Event]) -> Tuple[List[int], int]:
+    """(the window's own step of each event, 1-based, by index; the number of steps). Events after
+    the last step's end go with it (a final sync); a device execution goes with the step that
+    launched it, another device-lane event (a lazy collective) with the execution on its lane that
+    contains it, else the one before it."""
+    ends = step_ends(events)
+    n = max(len(ends), 1)
+    out: List[int] = []
+    prev = 0
+    for k, end in enumerate(ends, 1):
+        out.extend([k] * (end + 1 - prev))
+        prev = end + 1
+    out.extend([n] * (len(events) - prev))
+    launch_step: Dict[int, int] = {}
+    execs: Dict[str, List[Tuple[int, int, int]]] = {}
+    others = []                                   # device-lane events other than executions
+    Launch, DeviceExecution = ev.Launch, ev.DeviceExecution
+    for i, e in enumerate(events):
+        t = type(e)
+        if t is Launch:
+            launch_step[e.launch_id] = out[i]
+        elif t is DeviceExecution:
+            others.append(i)
+        elif e.lane != "host":
+            others.append(i)
+    for i in others:
+        e = events[i]
+        if type(e) is DeviceExecution:
+            out[i] = launch_step.get(e.launch_id, out[i])
+            execs.setdefault(e.lane, []).append((e.t_start, e.t_end, out[i]))
+    for i in others:
+        e = events[i]
+        if type(e) is DeviceExecution:
+            continue
+        lid = getattr(e, "launch_id", 0)
+        if lid and lid in launch_step:          # a queued copy: the step that queued it
+            out[i] = launch_step[lid]
+        elif e.lane in execs:
+            before = [x for x in execs[e.lane] if x[0] <= e.t_start]
+            inside = [x for x in before if e.t_start <= x[1]]
+            if inside or before:
+                out[i] = max(inside or before)[2]
+    return out, (len(ends) if ends else (1 if events else 0))
+
+
+def step_count(events: Sequence[ev.Event]) -> int:
+    """How many training steps the window holds (see step_ends; 1 when it has no mark_step)."""
+    return own_steps(events)[1] if events else 0
+
+
+def resolve_steps(step_range: Optional[Tuple[int, int]], n: int) -> Optional[Tuple[int, int]]:
+    """``step_range`` of the window's own steps (1..n, inclusive; negative counts from the end, as
+    Python's indices: (-2, -1) are the last two), as (lo, hi) in 1..n; a clear error otherwise."""
+    if step_range is None:
+        return None
+    try:
+        lo, hi = step_range
+    except (TypeError, ValueError):
+        raise ValueError(f"step_range {step_range!r}: expected (first, last), e.g. (2, 4)") from None
+    if not all(isinstance(x, int) and not isinstance(x, bool) for x in (lo, hi)):
+        raise ValueError(f"step_range {step_range!r}: expected two ints")
+    lo2, hi2 = (lo + n + 1 if lo < 0 else lo), (hi + n + 1 if hi < 0 else hi)
+    if not 1 <= lo2 <= hi2 <= n:
+        raise ValueError(f"step_range {step_range!r}: this window has {n} step{'s' if n != 1 else ''}, "
+                         f"counted from 1 (its own training steps, as the timeline labels them; "
+                         f"(-2, -1): the last two)")
+    return lo2, hi2
+
+
 def in_steps(events: Sequence[ev.Event], step_range: Optional[Tuple[int, int]]) -> List[ev.Event]:
-    """The events whose step lies in the inclusive ``step_range`` (all of them if None)."""
+    """The events of the window's own steps ``step_range`` (1-based, inclusive; all if None)."""
     if step_range is None:
         return list(events)
-    lo, hi = step_range
-    launches = launch_steps(events)
-    return [e for e in events if lo <= step_of(e, launches) <= hi]
+    steps, n = own_steps(events)
+    lo, hi = resolve_steps(step_range, n)
+    return [e for e, k in zip(events, steps) if lo <= k <= hi]
 
 
 def short_op(op: str) -> str:

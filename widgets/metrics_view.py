@@ -8,17 +8,14 @@ from typing import Sequence
 
 from hpu_lab import events as ev
 
-from .common import on_clock, union_ns
-from .timeline import _verdict
+from .common import on_clock, step_count, union_ns
+from .timeline import _verdict, op_cost_ns
 
 
 def steps_of(events: Sequence[ev.Event]) -> int:
-    """Training steps in the section: the mark_steps, or (a replay loop needs no mark_step,
-    claim I8) the HPU Graph replays; at least 1 when anything happened."""
-    n = sum(1 for e in events if isinstance(e, ev.MarkStep))
-    if n == 0:
-        n = sum(1 for e in events if isinstance(e, ev.Replay))
-    return max(n, 1) if events else 0
+    """Training steps in the section, as its timeline counts them (common.step_ends: lazy mode's
+    two mark_steps a step are one, a replay is one); at least 1 when anything happened."""
+    return step_count(events)
 
 
 def section_metrics(events: Sequence[ev.Event], clock=None, device=None) -> dict:
@@ -26,13 +23,13 @@ def section_metrics(events: Sequence[ev.Event], clock=None, device=None) -> dict
     common.set_clock). ``host ms/step`` is the time the host was *not* waiting for the device
     (window minus host-sync waits) divided by the steps; ``device ms/step`` the device's busy time."""
     c = Counter(type(e) for e in events)
-    timed, clock_label, _ = on_clock(events, clock, device)
+    timed, clock_label, retimed = on_clock(events, clock, device)
     compiles = [e for e in events if isinstance(e, ev.Compile)]
     lookups = [e for e in events if isinstance(e, ev.CacheLookup)]
     syncs = [e for e in events if isinstance(e, ev.HostSync)]
     fallbacks = [e for e in events if isinstance(e, ev.CPUFallback)]
     mem = [e for e in events if isinstance(e, ev.MemorySample)]
-    v = _verdict(timed)
+    v = _verdict(timed, op_cost_ns(retimed))
     steps = steps_of(events)
     wait_ms = union_ns((e.t_start, e.t_end) for e in timed if isinstance(e, ev.HostSync)) / 1e6
     return {

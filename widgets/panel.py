@@ -30,7 +30,7 @@ from ipywidgets.widgets.widget_string import HTMLStyle
 from hpu_lab import events as ev
 
 from .advisor import advice_html
-from .common import CLOCK, ns_origin, short_key
+from .common import CLOCK, STEP_BOUNDARIES, short_key, step_ends
 from .graph_view import draw_graph
 from .metrics_view import metrics_html
 from .recompiles import recompiles_html
@@ -75,8 +75,7 @@ class GraphIndex:
     def __init__(self):
         self.found: dict = {}        # recipe key -> first Compile/Launch event carrying its graph
         self.launches: dict = {}     # recipe key -> launches seen
-        self.steps = None            # (lowest, highest) step of a mark_step, else of any event
-        self._marked = False
+        self.boundaries: list = []   # the mark_steps, replays and captures: where the window's steps end
         self.n = 0                   # events consumed
 
     def add(self, events: Sequence[ev.Event]) -> "GraphIndex":
@@ -86,13 +85,15 @@ class GraphIndex:
                 self.launches[e.key] = self.launches.get(e.key, 0) + 1
             if (t is ev.Compile or t is ev.Launch) and e.graph is not None and e.key not in self.found:
                 self.found[e.key] = e
-            if t is ev.MarkStep and not self._marked:
-                self._marked, self.steps = True, None
-            if t is ev.MarkStep or not self._marked:
-                lo, hi = self.steps or (e.step, e.step)
-                self.steps = (min(lo, e.step), max(hi, e.step))
+            if t in STEP_BOUNDARIES:
+                self.boundaries.append(e)
         self.n += len(events)
         return self
+
+    @property
+    def steps(self) -> int:
+        """The window's own training steps so far (common.step_ends; 1 before any mark_step)."""
+        return max(len(step_ends(self.boundaries)), 1) if self.n else 0
 
     def items(self) -> List[tuple]:
         out = []
@@ -109,18 +110,6 @@ def graphs_seen(events: Sequence[ev.Event]) -> List[tuple]:
     """(label, GraphSummary) for every distinct recipe with a graph, in the order first seen:
     from Compile events (with their reason) and from Launch events of recipes compiled earlier."""
     return GraphIndex().add(events).items()
-
-
-def tail_from_step(events: Sequence[ev.Event], step: int) -> list:
-    """The end of ``events`` from just after the last mark_step of a step before ``step``:
-    what a live timeline of the latest steps needs, found without reading the whole list."""
-    i = len(events)
-    while i > 0:
-        e = events[i - 1]
-        if type(e) is ev.MarkStep and e.step < step:
-            break
-        i -= 1
-    return list(events[i:])
 
 
 class SectionPanel:
@@ -189,7 +178,7 @@ class SectionPanel:
         self.collapse_select = W.Dropdown(description="clusters",
                                           options=[("auto", "auto"), ("expanded", "expanded"), ("collapsed", "collapsed")],
                                           value="auto", layout=W.Layout(width="25%"))
-        self.step_range = W.IntRangeSlider(description="steps", min=0, max=0, value=(0, 0),
+        self.step_range = W.IntRangeSlider(description="steps", min=1, max=1, value=(1, 1),
                                            continuous_update=False, layout=W.Layout(width="60%"))
         # the Gaudi clock (the recorded work re-timed on the card) by default; measured one click away
         self.clock_select = W.ToggleButtons(options=[("Gaudi clock (modeled)", "gaudi"),
@@ -380,28 +369,23 @@ class SectionPanel:
             if not events:
                 out.outputs = (html_bundle("<p>No events yet.</p>"),)
                 return
+            # the slider counts the window's own training steps from 1, as the picture's labels do
             lo, hi = self.step_range.value
-            lo0 = self.step_range.min           # the section's first step: labels count from it (step 1)
-            full = (lo, hi) == (self.step_range.min, self.step_range.max)
+            full = (lo, hi) == (1, self.step_range.max)
             title = f"{self.title}: host and device timeline" if self.title else None
-            # the latest steps only: their tail of the list is re-timed (a few thousand events), not
-            # the whole section (tens of thousands: under load a live redraw that re-timed the
-            # section so far took 2 s, 17% of a 600-step loop). A view of the whole list (the
-            # slider at full range, the Metrics tab) is re-timed incrementally (common.on_clock).
-            steps, shown = (None if full else (lo, hi)), events
+            # A few steps are cut out of the whole section's timeline (re-timed incrementally as it
+            # grows, common.on_clock), not re-timed alone: on the Gaudi clock a tail re-timed alone
+            # would start on an idle device, without the work the steps before left running.
+            steps = None if full else (lo, hi)
             if self._live_now and full and hi - lo >= LIVE_STEPS:
                 steps = (hi - LIVE_STEPS + 1, hi)
-                shown = tail_from_step(events, steps[0])
-                title = (f"Running: steps {steps[0] - lo0 + 1}\u2013{hi - lo0 + 1} "
-                         f"(the latest {FINAL_STEPS} when the cell ends)")
+                title = (f"Running: steps {steps[0]}\u2013{hi} (the latest {FINAL_STEPS} when the cell ends)")
             elif full and hi - lo >= FINAL_STEPS:
                 # hundreds of steps are a blur at this width, and drawing them costs seconds
                 steps = (hi - FINAL_STEPS + 1, hi)
-                shown = tail_from_step(events, steps[0])
-                title = (f"{self.title + ': ' if self.title else ''}steps {steps[0] - lo0 + 1}\u2013{hi - lo0 + 1} "
-                         f"of {lo - lo0 + 1}\u2013{hi - lo0 + 1} (move the steps slider for others)")
-            fig = draw_timeline(shown, step_range=steps, title=title, t0_ns=ns_origin(events),
-                                clock=self.clock_select.value, first_step=lo0)
+                title = (f"{self.title + ': ' if self.title else ''}steps {steps[0]}\u2013{hi} "
+                         f"of 1\u2013{hi} (move the steps slider for others)")
+            fig = draw_timeline(events, step_range=steps, title=title, clock=self.clock_select.value)
             out.outputs = (figure_bundle(fig, LIVE_DPI if self._live_now else self.dpi),)
         elif name == "Recompiles":
             out.outputs = (html_bundle(recompiles_html(events)),)
@@ -423,17 +407,12 @@ class SectionPanel:
                 keep = self.graph_select.value
                 self.graph_select.options = opts
                 self.graph_select.value = keep if keep is not None and keep < len(opts) else (0 if opts else None)
-            lo, hi = self._index.steps or (0, 0)
-            following = self.step_range.value == (self.step_range.min, self.step_range.max)
-            if (lo, hi) != (self.step_range.min, self.step_range.max):
-                if hi > self.step_range.max:
-                    self.step_range.max = hi
-                    self.step_range.min = lo
-                else:
-                    self.step_range.min = lo
-                    self.step_range.max = hi
+            hi = max(self._index.steps, 1)
+            following = self.step_range.value == (1, self.step_range.max)
+            if hi != self.step_range.max:
+                self.step_range.max = hi          # (min stays 1: the window's first step)
                 if following:
-                    self.step_range.value = (lo, hi)
+                    self.step_range.value = (1, hi)
         finally:
             self._quiet = False
 

@@ -64,6 +64,8 @@ class Section:
         return verdict(self.events)
 
     def timeline(self, step_range=None, **kw):
+        """draw_timeline of the section: ``step_range`` counts its own training steps from 1, as the
+        picture labels them (``(-2, -1)``: the last two)."""
         from .timeline import draw_timeline
         return draw_timeline(self.events, step_range=step_range, title=kw.pop("title", f"{self.title}: timeline"), **kw)
 

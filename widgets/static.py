@@ -78,10 +78,8 @@ def panel_figure(title: str, events: list, picture: str = "timeline"):
             from .graph_view import draw_graph
             label, summary = graphs[0]
             return draw_graph(summary, title=f"{title}: {label}" if title else label)
-    from .common import ns_origin
     from .timeline import draw_timeline
-    return draw_timeline(events, title=f"{title}: host and device timeline" if title else None,
-                         t0_ns=ns_origin(events))
+    return draw_timeline(events, title=f"{title}: host and device timeline" if title else None)
 
 
 def _text(title: str) -> str:

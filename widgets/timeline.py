@@ -13,14 +13,17 @@ the first event of the list.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from hpu_lab import events as ev
 from hpu_lab.perfmodel.timeline import bound as _bound
 
-from .common import (COLORS, in_steps, launch_steps, ms, ns_origin, on_clock, short_key, short_op, step_of,
-                     union_ns)
+from hpu_lab.profiler import lane_name
+
+from .common import (COLORS, launch_steps, ms, ns_origin, on_clock, own_steps, resolve_steps, short_key, short_op,
+                     step_ends, step_of, union_ns)
 
 # Ops are zero-length events; consecutive ones form one "trace" bar unless the host did
 # nothing for longer than this between two of them (then the gap is not tracing).
@@ -101,27 +104,52 @@ def lanes_of(events: Sequence[ev.Event]) -> List[str]:
     """'host' first, then every device stream seen (executions or launches), in stream order."""
     dev = {e.lane for e in events if isinstance(e, ev.DeviceExecution)}
     dev |= {f"hpu:{e.stream}" for e in events if isinstance(e, ev.Launch)}
-    dev |= {e.lane for e in events if isinstance(e, ev.HostToDevice) and e.lane != "host"}  # queued copies
+    # every other device-lane event too: queued copies, a lazy collective on its comm stream
+    dev |= {e.lane for e in events if e.lane.startswith("hpu:")}
     return ["host"] + sorted(dev, key=lambda s: (len(s), s))
 
 
-def timeline_rows(events: Sequence[ev.Event], t0: Optional[int] = None) -> List[Bar]:
+def op_cost_ns(retimed) -> int:
+    """What an op traced costs the host on the clock drawn: on the Gaudi clock an op's event is an
+    instant at the end of its modeled cost (perfmodel.HOST.op_ns), so its work began that much
+    earlier; as measured, an op's event is where it was recorded (0)."""
+    if retimed is None:
+        return 0
+    from hpu_lab.perfmodel import HOST
+    return HOST.op_ns
+
+
+def window_start(events: Sequence[ev.Event], op_ns: int = 0) -> int:
+    """Where the window's work begins (ns): its first event, or the start of its first op's work.
+    A device execution without a span (on the Gaudi clock, one whose launch was before the window:
+    the clock did not place it) is no work of the window."""
+    return min((e.t_start - op_ns if type(e) is ev.OpAccumulated else e.t_start for e in events
+                if not _unplaced(e)), default=0)
+
+
+def _unplaced(e: ev.Event) -> bool:
+    return type(e) is ev.DeviceExecution and e.t_end == e.t_start
+
+
+def timeline_rows(events: Sequence[ev.Event], t0: Optional[int] = None, op_ns: int = 0,
+                  earlier: frozenset = frozenset()) -> List[Bar]:
     """Every bar of the timeline, host lane first, each lane in time order. Pure.
 
-    ``t0`` (ns) is the zero of the time axis; by default the first event of ``events``.
-    Device lanes also get "idle" bars for the gaps between executions inside the window
-    (first to last event of the list).
+    ``t0`` (ns) is the zero of the time axis; by default where the window's work begins. ``op_ns``:
+    the host's cost of one op traced (op_cost_ns), so a trace bar starts where its first op's work
+    began. Device lanes also get "idle" bars for the gaps between executions inside the window.
+    ``earlier``: launch ids of executions of steps before the window, still running in it ("earlier").
     """
     if not events:
         return []
-    t0 = ns_origin(events) if t0 is None else t0
+    t0 = window_start(events, op_ns) if t0 is None else t0
     launches = launch_steps(events)
     host: List[Bar] = []
     run: List[ev.OpAccumulated] = []
 
     def close_run():
         if run:
-            host.append(Bar("host", "trace", ms(run[0].t_start, t0), ms(run[-1].t_end, t0),
+            host.append(Bar("host", "trace", ms(run[0].t_start - op_ns, t0), ms(run[-1].t_end, t0),
                             run[0].step, f"trace {len(run)} ops"))
             run.clear()
 
@@ -130,7 +158,8 @@ def timeline_rows(events: Sequence[ev.Event], t0: Optional[int] = None) -> List[
     device = []
     for e in sorted(events, key=lambda e: e.t_start):
         if isinstance(e, ev.DeviceExecution):
-            device.append(e)
+            if not (_unplaced(e) and e.launch_id not in launches):
+                device.append(e)
             continue
         if isinstance(e, ev.OpAccumulated):
             if run and e.t_start - run[-1].t_end > TRACE_GAP_NS:
@@ -161,7 +190,7 @@ def timeline_rows(events: Sequence[ev.Event], t0: Optional[int] = None) -> List[
     host.sort(key=lambda b: (b.start_ms, -b.level))
 
     rows = host
-    w0, w1 = ms(ns_origin(events), t0), ms(t_last, t0)
+    w0, w1 = ms(window_start(events, op_ns), t0), ms(t_last, t0)
     for lane in lanes_of(events)[1:]:
         execs = sorted((e for e in device if e.lane == lane), key=lambda e: e.t_start)
         lane_rows: List[Bar] = []
@@ -172,13 +201,18 @@ def timeline_rows(events: Sequence[ev.Event], t0: Optional[int] = None) -> List[
             if a > cursor:
                 lane_rows.append(Bar(lane, "idle", cursor, a, step, "idle"))
             label = f"{short_key(e.key, 6)} ({e.node_count} nodes)" + ("" if e.ok else " FAILED")
-            lane_rows.append(Bar(lane, "execute", a, b, step, label))
+            lane_rows.append(Bar(lane, "earlier" if e.launch_id in earlier else "execute", a, b, step, label))
             cursor = max(cursor, b)
         if w1 > cursor:
             last_step = lane_rows[-1].step if lane_rows else max(e.step for e in events)
             lane_rows.append(Bar(lane, "idle", cursor, w1, last_step, "idle"))
         rows.extend(lane_rows)
     return rows
+
+
+def step_ends_in(events: Sequence[ev.Event]) -> List[int]:
+    """id() of each event of ``events`` that ends one of the window's own steps."""
+    return [id(events[i]) for i in step_ends(events)]
 
 
 # ----------------------------------------------------------------------------- the verdict
@@ -232,18 +266,20 @@ def verdict(events: Sequence[ev.Event], clock: Optional[str] = None, device=None
     the Gaudi clock (default; see common.set_clock) or as measured (``clock="measured"``)."""
     if not events:
         return Verdict("no device work", 0.0, 0.0)
-    events, label, _ = on_clock(events, clock, device)
-    v = _verdict(events)
+    events, label, retimed = on_clock(events, clock, device)
+    v = _verdict(events, op_cost_ns(retimed))
     return Verdict(v.bound, v.window_ms, v.device_busy_ms, label, v.host_busy_ms)
 
 
-def _verdict(events: Sequence[ev.Event]) -> Verdict:
+def _verdict(events: Sequence[ev.Event], op_ns: int = 0) -> Verdict:
+    """The verdict of a window: from where its work begins (window_start: on the Gaudi clock, the
+    clock's zero for a whole recording, so the window is perfmodel.retime's wall) to its last span."""
     if not events:
         return Verdict("no device work", 0.0, 0.0)
-    w0 = min(e.t_start for e in events)
+    w0 = window_start(events, op_ns)
     w1 = max(e.t_end for e in events)
-    busy = union_ns((max(e.t_start, w0), min(e.t_end, w1))
-                    for e in events if isinstance(e, ev.DeviceExecution))
+    busy = union_ns((max(e.t_start, w0), min(e.t_end, w1)) for e in events
+                    if isinstance(e, ev.DeviceExecution) and min(e.t_end, w1) > max(e.t_start, w0))
     window = (w1 - w0) / 1e6
     if not any(isinstance(e, ev.DeviceExecution) for e in events):
         return Verdict("no device work", window, 0.0)
@@ -252,7 +288,7 @@ def _verdict(events: Sequence[ev.Event]) -> Verdict:
     # window's start to its last host event, less its syncs' waits (gaps are host time: Python)
     host_end = max((e.t_end for e in events if not isinstance(e, ev.DeviceExecution)
                     and getattr(e, "lane", "host") == "host"), default=w0)
-    waits = union_ns((b.start_ms, b.end_ms) for b in timeline_rows(events, t0=w0)
+    waits = union_ns((b.start_ms, b.end_ms) for b in timeline_rows(events, t0=w0, op_ns=op_ns)
                      if b.lane == "host" and b.kind == "host sync")
     host_ms = max(0.0, (host_end - w0) / 1e6 - waits)
     return Verdict(classify(host_ms, busy_ms), window, busy_ms, host_busy_ms=host_ms)
@@ -260,6 +296,30 @@ def _verdict(events: Sequence[ev.Event]) -> Verdict:
 
 # ----------------------------------------------------------------------------- drawing
 
+def _window_note(all_events, own, shown, steps, t0) -> str:
+    """Why a step range's window differs from its steps' time as lab.step_times counts it (both are
+    right, they measure from different points): the window starts where the first step's own work
+    begins; a step's wall time runs from the end of the step before it (host and device both done
+    with it), which, the device still busy, can be later (or, the host idle, earlier)."""
+    if not steps or steps[0] == 1 or not shown:
+        return ""
+    before = [e.t_end for e, k in zip(all_events, own) if k < steps[0] and not _unplaced(e)]
+    if not before:
+        return ""
+    end_before = max(before)
+    end = max([end_before] + [e.t_end for e in shown])
+    window, wall = (end - t0) / 1e6, (end - end_before) / 1e6
+    if abs(window - wall) <= 0.005 * max(window, 1e-9):
+        return ""
+    prev = steps[0] - 1
+    when = (f"{_fmt_ms(window - wall)} before step {prev} ends" if window > wall
+            else f"{_fmt_ms(wall - window)} after step {prev} ends")
+    which = f"step {steps[0]}" if steps[0] == steps[1] else f"steps {steps[0]}\u2013{steps[1]}"
+    return (f"\nwindow {_fmt_ms(window)}: it starts {when}; {which} end{'s' if steps[0] == steps[1] else ''} "
+            f"{_fmt_ms(wall)} after step {prev} (lab.step_times' wall)")
+
+
+MIN_BAR_PT = 2.5         # the narrowest bar drawn, in points (3.5 px at the stored 100 dpi)
 MERGE_ABOVE = 3000       # rows; above this, bars of one kind closer than ~1 pixel are drawn as one
 DENSE_ABOVE = 600        # rows; above this, no minimum bar width and no white bar edges
 
@@ -278,13 +338,14 @@ def _merge_close(bars: List[Bar], gap_ms: float) -> List[Bar]:
 
 
 _DRAW_ORDER = ["capture", "replay", "cpu fallback", "compiled call", "idle", "trace", "graph build", "cache lookup",
-               "compile", "launch", "copy H2D", "copy D2H", "your code", "collective", "host sync", "execute", "error"]
+               "compile", "launch", "copy H2D", "copy D2H", "your code", "collective", "host sync", "earlier", "execute", "error"]
 _LEGEND_NAME = {
     "trace": "ops traced", "graph build": "graph build", "cache lookup": "recipe cache lookup",
     "compile": "compile", "launch": "launch", "host sync": "host waits (sync)", "copy H2D": "copy host\u2192device",
     "collective": "collective", "capture": "HPU Graph capture", "replay": "HPU Graph replay",
     "cpu fallback": "CPU fallback (its sync inside)", "compiled call": "torch.compile call",
     "execute": "device executes a recipe", "idle": "device idle", "error": "error",
+    "earlier": "device runs an earlier step's recipe",
     "your code": "your code (measured on this CPU)", "copy D2H": "copy device\u2192host",
 }
 # What filled a device-idle gap, as a gap label names it
@@ -329,12 +390,7 @@ def _patch(kind):
 def lane_title(lane: str, measured: bool = False) -> str:
     """What a lane is: your code (always measured), the bridge's host work (modeled on the Gaudi
     clock; the emulator's own Python on the measured clock) or a device stream."""
-    if lane == "user":
-        return "your code\n(measured, this CPU)"
-    if lane == "host":
-        return "host: emulator\n(measured, this CPU)" if measured else "host: the bridge\n(modeled)"
-    stream = lane.split(":")[-1]
-    return f"{lane} device, stream {stream}\n({'emulated, measured' if measured else 'modeled'})"
+    return lane_name(lane, measured, sep="\n")
 
 
 def _short_label(b: Bar) -> str:
@@ -374,16 +430,18 @@ def gap_text(gap: Bar, fillers: List[Tuple[str, float]], most: int = 3) -> str:
 
 
 def draw_timeline(events: Sequence[ev.Event], step_range: Optional[Tuple[int, int]] = None, ax=None,
-                  title: Optional[str] = None, compact: bool = False, t0_ns: Optional[int] = None,
-                  clock: Optional[str] = None, device=None, first_step: Optional[int] = None):
-    """Draw the timeline of ``events`` (optionally only steps ``step_range``, inclusive) and return
-    the matplotlib Figure. Compile markers: yellow = first compile, red = recompile; host syncs
-    are red bars with a red diamond; blue dots are HPU Graph replays; dotted lines are mark_step
-    boundaries, labelled with the section's own step count (step 1 is ``first_step``, by default the
-    first step of ``events``). Device-idle gaps of at least 10% of the window are labelled with what
-    the host did meanwhile. ``t0_ns``: the zero of the time axis (default: the first event), for
-    drawing a tail of a longer section (measured clock only). ``clock``: "gaudi" (the Gaudi clock of
-    ``device``, the default) or "measured"; the clock and card are named in the title."""
+                  title: Optional[str] = None, compact: bool = False, clock: Optional[str] = None, device=None):
+    """Draw the timeline of ``events`` and return the matplotlib Figure.
+
+    Steps are the recorded window's own training steps, counted from 1 (common.step_ends: lazy
+    mode's two mark_steps a step are one step; a replay is one): dotted lines mark where each ends,
+    labelled "end of step k". ``step_range=(3, 5)`` draws steps 3 to 5 (inclusive; ``(-2, -1)``:
+    the last two), cut out of the whole window's timeline (so on the Gaudi clock the device work the
+    steps before left running is still there), with the time axis starting at 0 where they start.
+    Compile markers: yellow = first compile, red = recompile; host syncs are red bars with a red
+    diamond; blue dots are HPU Graph replays. Device-idle gaps of at least 10% of the window are
+    labelled with what the host did meanwhile. ``clock``: "gaudi" (the Gaudi clock of ``device``,
+    the default) or "measured"; the clock and card are named in the title."""
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
     from matplotlib.collections import LineCollection
@@ -391,12 +449,27 @@ def draw_timeline(events: Sequence[ev.Event], step_range: Optional[Tuple[int, in
 
     all_events, clock_label, retimed = on_clock(list(events), clock, device)
     measured = retimed is None
-    if retimed is not None:
-        t0_ns = None                     # the Gaudi clock starts at 0 at the first event
-    t0 = ns_origin(all_events) if t0_ns is None else t0_ns
-    base = first_step if first_step is not None else min((e.step for e in all_events), default=0)
-    shown = in_steps(all_events, step_range)
-    rows = timeline_rows(shown, t0=t0)
+    own, n_steps = own_steps(all_events)
+    steps = resolve_steps(step_range, n_steps)
+    if steps is None:
+        shown, shown_steps = list(all_events), own
+    else:
+        pairs = [(e, k) for e, k in zip(all_events, own) if steps[0] <= k <= steps[1]]
+        shown, shown_steps = [e for e, _ in pairs], [k for _, k in pairs]
+    op_ns = op_cost_ns(retimed)
+    t0 = window_start(shown, op_ns)      # the window's origin: where the work of the steps drawn begins
+    carry = []
+    if steps is not None and steps[0] > 1:
+        # the device work of earlier steps still running when the window starts is drawn (from the
+        # window's start): the device is not idle then, though the work is not the window's steps'
+        carry = [dataclasses.replace(e, t_start=max(e.t_start, t0))
+                 for e, k in zip(all_events, own) if k < steps[0] and isinstance(e, ev.DeviceExecution)
+                 and e.t_end > t0 and not _unplaced(e)]
+    own_shown = shown                    # the verdict weighs these steps' own work (as lab.step_times)
+    if carry:
+        shown = carry + shown
+        shown_steps = [steps[0] - 1] * len(carry) + shown_steps
+    rows = timeline_rows(shown, t0=t0, op_ns=op_ns, earlier=frozenset(e.launch_id for e in carry))
     lanes = lanes_of(shown) if shown else ["host"]
     if any(b.lane == "user" for b in rows):
         lanes = ["user"] + lanes
@@ -416,9 +489,11 @@ def draw_timeline(events: Sequence[ev.Event], step_range: Optional[Tuple[int, in
     span = max(x1 - x0, 1e-3)
     pt_per_ms = axes_w_in * 72 / (span * 1.02)
     dense = len(rows) > DENSE_ABOVE
-    # zero-length spans get a visible sliver -- unless the window is dense, where a sliver per
-    # bar would paint over everything (there, sub-pixel bars blend in proportion to their time)
-    min_w = 0.0 if dense else span * 0.002
+    # a bar narrower than MIN_BAR_PT (zero-length spans too) is drawn that wide, without the white
+    # edge that would cover it, so it stays visible; the numbers (labels, verdict) keep its real
+    # length. Not when the window is dense: a sliver per bar would paint over everything (there,
+    # sub-pixel bars blend in proportion to their time)
+    min_w = 0.0 if dense else MIN_BAR_PT / pt_per_ms
 
     groups: Dict[tuple, List[Bar]] = {}
     for b in rows:
@@ -432,10 +507,10 @@ def draw_timeline(events: Sequence[ev.Event], step_range: Optional[Tuple[int, in
                 continue
             hgt = 0.8 if level else 0.5
             y = ypos[lane] - hgt / 2
-            style = dict(facecolors=COLORS.get(kind, "#999999"), edgecolor="none" if dense else "white",
-                         linewidth=0.4)
+            edges = ["none" if dense or b.duration_ms < 2 * min_w else "white" for b in bars]
+            style = dict(facecolors=COLORS.get(kind, "#999999"), edgecolors=edges, linewidth=0.4)
             if kind == "idle":
-                style.update(edgecolor="#bbbbbb", hatch="////", linewidth=0)
+                style.update(edgecolors="#bbbbbb", hatch="////", linewidth=0)
             ax.broken_barh([(b.start_ms, max(b.duration_ms, min_w)) for b in bars], (y, hgt),
                            gid=f"{lane}/{kind}", **style)
             if kind not in kinds_present:
@@ -511,27 +586,40 @@ def draw_timeline(events: Sequence[ev.Event], step_range: Optional[Tuple[int, in
         ax.add_collection(LineCollection(segs, colors="#555555", linewidths=0.6, alpha=0.5, gid="launch links"))
         legend.append(Line2D([], [], color="#555555", alpha=0.6, lw=0.8, label="launch \u2192 device start"))
 
-    # mark_step boundaries, numbered as the section's own steps (1 = first_step)
-    marks = sorted((ms(e.t_end, t0), e.step - base + 1) for e in shown if isinstance(e, ev.MarkStep))
+    # where each of the window's own steps ends (a mark_step or a replay), numbered from 1
+    ends = set(step_ends_in(all_events))
+    marks = sorted((ms(e.t_end, t0), k) for e, k in zip(shown, shown_steps) if id(e) in ends)
     if marks:
         trans = transforms.blended_transform_factory(ax.transData, ax.transAxes)
-        last_label = -1e18
+        last_end = -1e18                                    # where the last label drawn ends
         labelled = []
         for x, step in marks:
             text = f" end of step {step}"
             text_ms = len(text) * fs * _CHAR_EM / pt_per_ms
-            fits = x + text_ms <= x1 + span * 0.01          # not cut off at the right
-            if x - last_label > text_ms + 4 / pt_per_ms and fits:
+            gap = 4 / pt_per_ms
+            # right of its line; at the right edge (the last step) left of it, rather than cut off
+            ha = "left" if x + text_ms <= x1 + span * 0.01 else "right"
+            start = x if ha == "left" else x - text_ms
+            if start > last_end + gap:
                 if not compact:
-                    ax.text(x, 1.0, text, transform=trans, fontsize=fs, color="#555555",
-                            ha="left", va="bottom", rotation=0, clip_on=False, gid="step label")
+                    ax.text(x, 1.0, text if ha == "left" else text + " ", transform=trans, fontsize=fs,
+                            color="#555555", ha=ha, va="bottom", rotation=0, clip_on=False, gid="step label")
                 labelled.append(x)
-                last_label = x
+                last_end = start + text_ms
         # every boundary when they are few; only the labelled ones when they would grey the picture
         lines = [x for x, _ in marks] if len(marks) <= 150 else labelled
         ax.vlines(lines, 0, 1, transform=trans, colors="#777777", linestyles=":", linewidth=0.8,
                   zorder=0, gid="mark_step")
-        legend.append(Line2D([], [], color="#777777", linestyle=":", label="mark_step (end of a step)"))
+        how = " / ".join(n for n, kind in (("mark_step", ev.MarkStep), ("replay", ev.Replay))
+                         if any(isinstance(e, kind) and id(e) in ends for e in shown))
+        legend.append(Line2D([], [], color="#777777", linestyle=":", label=f"end of a step ({how})"))
+    # the other mark_steps (inside a step: lazy mode's first of two), fainter and unlabelled
+    inner = [ms(e.t_end, t0) for e in shown if type(e) is ev.MarkStep and id(e) not in ends]
+    if inner and len(inner) <= 150:
+        trans = transforms.blended_transform_factory(ax.transData, ax.transAxes)
+        ax.vlines(inner, 0, 1, transform=trans, colors="#c4c4c4", linestyles=":", linewidth=0.7,
+                  zorder=0, gid="inner mark_step")
+        legend.append(Line2D([], [], color="#c4c4c4", linestyle=":", label="mark_step inside a step"))
 
     ax.set_yticks([ypos[l] for l in lanes], [lane_title(l, measured) for l in lanes], fontsize=8 if compact else 9)
     ax.set_ylim(-len(lanes) + 0.4, 0.65)
@@ -541,15 +629,19 @@ def draw_timeline(events: Sequence[ev.Event], step_range: Optional[Tuple[int, in
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
 
-    v = _verdict(shown)
-    steps = sorted({e.step for e in shown if isinstance(e, ev.MarkStep)})
+    v = _verdict(own_shown, op_ns)
+    has_steps = any(isinstance(e, (ev.MarkStep, ev.Replay)) for e in shown)
     if title is None:
-        where = f"steps {step_range[0] - base + 1}\u2013{step_range[1] - base + 1}" if step_range else \
-            (f"{len(steps)} steps" if steps else "no mark_step")
+        where = (f"steps {steps[0]}\u2013{steps[1]} of {n_steps}" if steps else
+                 f"{n_steps} step{'s' if n_steps != 1 else ''}" if has_steps else "no mark_step")
         title = f"Host and device timeline ({where}, {_fmt_ms(span)})"
     title = f"{title} \u2014 {clock_label}"
-    ax.set_xlabel(("time since section start (ms)" if retimed is None else
-                   f"modeled time on {retimed.card.device_name} (ms; your code measured)"), fontsize=8 if compact else 10)
+    since = "the window's start" if steps is None else f"step {steps[0]} began"
+    yours = "; your code measured" if any(b.lane == "user" for b in rows) else ""
+    note = "" if compact else _window_note(all_events, own, shown, steps, t0)
+    ax.set_xlabel((f"time since {since} (ms)" if retimed is None else
+                   f"modeled time on {retimed.card.device_name} (ms since {since}{yours})") + note,
+                  fontsize=8 if compact else (8.5 if note else 10))
     vcolor = {"host-bound": "#c0392b", "device-bound": "#1e7b34"}.get(v.bound, "#555555")
     ncol = 1
     if compact:
@@ -559,7 +651,7 @@ def draw_timeline(events: Sequence[ev.Event], step_range: Optional[Tuple[int, in
         # a long title (section name, clock, card) shrinks to the figure's width rather than run off it
         title_fs = max(9.0, min(12.0, (fig.get_size_inches()[0] - left_in) * 72 / (len(title) * _CHAR_EM)))
         ax.set_title(title, fontsize=title_fs, loc="left", pad=30)
-        ax.annotate(v.text, xy=(0, 1), xycoords="axes fraction", xytext=(0, 13), textcoords="offset points",
+        ax.annotate(v.text + (" (own recipes)" if carry else ""), xy=(0, 1), xycoords="axes fraction", xytext=(0, 13), textcoords="offset points",
                     fontsize=10, color=vcolor, fontweight="bold", ha="left", va="bottom", gid="verdict")
         ncol = legend_columns(legend, fig.get_size_inches()[0], 8.5)
         ax.legend(handles=legend, loc="lower center", bbox_to_anchor=(0.5, 0.005), bbox_transform=fig.transFigure,
@@ -567,8 +659,9 @@ def draw_timeline(events: Sequence[ev.Event], step_range: Optional[Tuple[int, in
     if own_figure:
         fw, fh = fig.get_size_inches()
         top_in = 0.45 if compact else 0.8                        # title (+ verdict and step labels)
-        bottom_in = 0.42 if compact else 0.6 + 0.2 * -(-len(legend) // ncol) + 0.05
-        fig.set_size_inches(fw, fh + (0 if compact else 0.2 * -(-len(legend) // ncol) - 0.6))
+        extra = 0.2 if note else 0.0                              # the x-label's second line
+        bottom_in = 0.42 if compact else 0.6 + extra + 0.2 * -(-len(legend) // ncol) + 0.05
+        fig.set_size_inches(fw, fh + (0 if compact else extra + 0.2 * -(-len(legend) // ncol) - 0.6))
         fh = fig.get_size_inches()[1]
         fig.subplots_adjust(left=left_in / fw, right=1 - 0.2 / fw, top=1 - top_in / fh, bottom=bottom_in / fh)
     return fig
