@@ -18,9 +18,9 @@ def lazy_section():
     s = Sim()
     for i in range(STEPS):
         s.op(n=40, each_us=50)
-        s.mark_step(key="fwd_bwd", device_ms=0.5)
+        s.mark_step(key="fwd_bwd", device_ms=0.5, src="train.py:9")
         s.op(n=20, each_us=50)
-        s.mark_step(key="opt", device_ms=0.2)
+        s.mark_step(key="opt", device_ms=0.2, src="train.py:11")
     s.sync()
     return s.events
 
@@ -39,7 +39,7 @@ def replay_section():
     return s.events
 
 
-@pytest.mark.parametrize("clock", ["gaudi", "measured"])
+@pytest.mark.parametrize("clock", ["gaudi", None])
 def test_replay_row_is_cheapest_per_step_and_capture_is_its_own_row(clock):
     rows = widgets.compare_rows([("lazy", lazy_section()), ("replay", replay_section())], clock=clock,
                                 steps=STEPS)
@@ -58,7 +58,7 @@ def test_replay_row_is_cheapest_per_step_and_capture_is_its_own_row(clock):
 
 def test_without_steps_a_step_is_what_the_section_counts():
     rows = widgets.compare_rows({"lazy": lazy_section(), "replay": replay_section()})
-    assert rows[0]["a step is"] == "mark_step" and rows[0]["steps"] == 2 * STEPS
+    assert rows[0]["a step is"] == "step (counted)" and rows[0]["steps"] == STEPS   # two mark_steps a step
     assert rows[2]["steps"] == STEPS         # replays are counted as such, whatever ``steps`` says
 
 
@@ -128,3 +128,43 @@ def test_with_the_real_runtime():
     assert once["a step is"] == ONCE and once["compiles"] >= 1
     assert replay["steps"] == 3 and replay["replays"] == 3 and replay["compiles"] == 0
     assert replay["device ms/step"] > 0          # the replayed recipes are costed on the Gaudi clock
+
+
+def _with_data_loading(events, ms=3.0):
+    """The same section with a measured DataLoader fetch before each step's first op."""
+    out, t_shift = [], 0
+    firsts = {e.step: i for i, e in reversed(list(enumerate(events)))      # (two mark_steps a step)
+              if isinstance(e, ev.OpAccumulated) and e.step % 2 == 0}
+    for i, e in enumerate(events):
+        if firsts.get(e.step) == i:
+            t = e.t_start + t_shift
+            out.append(ev.UserCode(t, t + int(ms * 1e6), "host", e.step, what="data loading", src="train.py:5",
+                                   own_ns=int(ms * 1e6)))
+            t_shift += int(ms * 1e6)
+        out.append(type(e)(**{**e.__dict__, "t_start": e.t_start + t_shift, "t_end": e.t_end + t_shift})
+                   if hasattr(e, "__dict__") else e)
+    return out
+
+
+def test_the_table_is_lab_step_times_with_your_code_apart():
+    """One timing helper: every row's times are hpu_lab.lab.step_times_of's on the Gaudi clock; a
+    DataLoader's measured time is its own column, not mixed into the modeled host work."""
+    from hpu_lab import lab
+    plain, loaded = lazy_section(), _with_data_loading(lazy_section())
+    (a,), (b,) = (widgets.compare_rows([("lazy", x)], steps=STEPS) for x in (plain, loaded))
+    t = lab.step_times_of(loaded, steps=STEPS)
+    assert (b["host ms/step"], b["your code ms/step"], b["device ms/step"], b["wall ms/step"], b["verdict"]) == \
+        (round(t.host_ms, 3), round(t.user_ms, 3), round(t.device_ms, 3), round(t.wall_ms, 3), t.verdict)
+    assert b["your code ms/step"] == pytest.approx(3.0, abs=1e-3) and a["your code ms/step"] == 0
+    assert b["host ms/step"] == a["host ms/step"]          # the modeled host work is the same
+    assert "your code ms/step" in compare_html([("lazy", loaded)], steps=STEPS)
+    assert "your code" not in compare_html([("lazy", plain)], steps=STEPS)
+    with pytest.raises(ValueError, match="Gaudi clock's"):
+        widgets.compare_rows([("lazy", plain)], clock="measured")
+
+
+@pytest.mark.parametrize("user_ms", [0.0, 2.0])
+def test_the_pictures_say_your_code_measured_only_when_there_is_some(user_ms):
+    from test_widgets_steps import lazy
+    fig = widgets.draw_compare([("a", lazy(steps=3, user_ms=user_ms))])
+    assert ("measured" in fig.axes[0].get_xlabel()) == bool(user_ms)

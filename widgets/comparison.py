@@ -4,8 +4,12 @@
     draw_compare(sections)            # one small timeline per section, stacked, in one Figure
     compare(sections, steps=8)        # both in a widget (a table and the figure), with a clock switch
 
-``sections``: Section objects, (title, events) pairs, or a {title: events} dict. Times and verdicts
-are on the Gaudi clock of the chosen card by default (``clock="measured"``: wall time on this CPU).
+``sections``: Section objects, (title, events) pairs, or a {title: events} dict. The table's times
+come from the lab's one timing helper, ``hpu_lab.lab.step_times_of``, on the Gaudi clock of the chosen
+card: host and device modeled, your own code (DataLoader fetches, sleep, print, ``user_code``
+blocks) measured on this CPU and shown in its own column, apart from the modeled host work. The
+pictures can also be drawn as measured (``clock="measured"``); the table cannot: a step's time on
+this CPU is the emulator's, not a Gaudi's.
 
 A section that captures an HPU Graph and then replays it gets two rows: the one-time work
 (warm-up and capture, everything up to the end of the capture that precedes the first replay),
@@ -13,8 +17,12 @@ shown as totals and labelled so, and the replays, per replay. Dividing the captu
 would make replay look like the most expensive mode, when it is the cheapest per step.
 
 ``steps``: how many training steps each section ran (an int for all, or {title: int}), so that
-"per step" means the same in every row; without it a step is a ``mark_step`` (lazy mode's training
-step has two), a replay, or the whole section, and the "a step is" column says which.
+"per step" means the same in every row; without it a step is a replay, or a training step as the
+timeline counts them (common.step_ends: lazy mode's two mark_steps make one), and the "a step is"
+column says which.
+
+The replays' row is timed from the end of the capture: the capture's context synchronizes as it
+ends (hpu.graph), so the replays start on an idle device, as re-timing them alone assumes.
 """
 from __future__ import annotations
 
@@ -23,7 +31,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from hpu_lab import events as ev
 
-from .common import CLOCK, on_clock, union_ns
+from .common import CLOCK, on_clock, step_count
 from .metrics_view import section_metrics
 from .recompiles import table_html, _CSS
 from .static import STORED_DPI
@@ -50,7 +58,7 @@ class Phase:
     title: str
     events: list
     steps: int
-    per: str            # "mark_step", "replay", "training step", "whole section" or ONCE
+    per: str            # "training step", "replay", "step (counted)", "whole section" or ONCE
 
 
 def capture_cut(events: Sequence[ev.Event]) -> Optional[int]:
@@ -88,7 +96,7 @@ def _given(steps, title) -> Optional[int]:
 
 
 def phases(title: str, timed: list, steps=None) -> List[Phase]:
-    """The rows of one section (its events already on the chosen clock)."""
+    """The rows of one section (its events as recorded)."""
     replays = sum(1 for e in timed if isinstance(e, ev.Replay))
     cut = capture_cut(timed)
     if cut is not None:
@@ -100,30 +108,36 @@ def phases(title: str, timed: list, steps=None) -> List[Phase]:
         return [Phase(title, timed, given, "training step")]
     if replays:                        # a replayed step needs no mark_step (claim I8)
         return [Phase(title, timed, replays, "replay")]
-    marks = sum(1 for e in timed if isinstance(e, ev.MarkStep))
-    if marks:
-        return [Phase(title, timed, marks, "mark_step")]
+    if any(isinstance(e, ev.MarkStep) for e in timed):
+        return [Phase(title, timed, step_count(timed), "step (counted)")]
     return [Phase(title, timed, 1 if timed else 0, "whole section")]
 
 
-def _row(p: Phase) -> dict:
-    m = section_metrics(p.events, clock="measured")    # p.events are already on the chosen clock
-    n = max(p.steps, 1)
-    wait = union_ns((e.t_start, e.t_end) for e in p.events if isinstance(e, ev.HostSync)) / 1e6
+def _row(p: Phase, device=None) -> dict:
+    from hpu_lab import lab
+    m = section_metrics(p.events, clock="measured")    # the counts only (they are the same on any clock)
+    if not p.events:
+        return {"section": p.title, "a step is": p.per, "steps": 0, **{k: 0 for k, *_ in _COLS[3:-1]},
+                "verdict": "no events"}
+    t = lab.step_times_of(p.events, steps=max(p.steps, 1), card=device, name=p.title)
     return {"section": p.title, "a step is": p.per, "steps": p.steps, "compiles": m["compiles"],
             "recompiles": m["recompiles"], "host syncs": m["host syncs"], "replays": m["replays"],
-            "host ms/step": round((m["window ms"] - wait) / n, 3),
-            "device ms/step": round(m["device busy ms"] / n, 3),
-            "wall ms/step": round(m["window ms"] / n, 3),
-            "device busy %": m["device busy %"], "verdict": m["verdict"].split(":")[0]}
+            "host ms/step": round(t.host_ms, 3), "your code ms/step": round(t.user_ms, 3),
+            "device ms/step": round(t.device_ms, 3), "wall ms/step": round(t.wall_ms, 3),
+            "device busy %": round(100 * t.device_busy_fraction, 1), "verdict": t.verdict}
 
 
 def compare_rows(sections, clock=None, device=None, steps: Union[int, Dict[str, int], None] = None) -> List[dict]:
-    """One dict per row. A row whose "a step is" reads ``"once"`` holds totals (warm-up + capture)."""
+    """One dict per row, timed by ``hpu_lab.lab.step_times_of`` on the Gaudi clock of ``device``
+    (host and device modeled; "your code ms/step" measured on this CPU, apart). A row whose "a step
+    is" reads ``"once"`` holds totals (warm-up + capture). ``clock`` must be the Gaudi clock (or
+    None): a measured step time would be the emulator's, not a Gaudi's."""
+    if (clock or "gaudi") != "gaudi":
+        raise ValueError(f"compare_rows(clock={clock!r}): the table's step times are the Gaudi clock's "
+                         "(hpu_lab.lab.step_times); draw_compare(clock='measured') draws the measured timelines")
     rows = []
     for title, events in _pairs(sections):
-        timed = on_clock(events, clock, device)[0]
-        rows.extend(_row(p) for p in phases(title, timed, steps))
+        rows.extend(_row(p, device) for p in phases(title, list(events), steps))
     return rows
 
 
@@ -140,7 +154,9 @@ def draw_compare(sections, sharex: bool = False, clock=None, device=None):
     for ax, (title, events) in zip(axes, pairs):
         timed, label, _ = on_clock(events, clock, device)
         draw_timeline(events, ax=ax, compact=True, title=title, clock=clock, device=device)   # names its clock
-        ax.set_xlabel("ms" if label.startswith("measured") else "modeled ms (your code: measured)", fontsize=8)
+        yours = any(isinstance(e, ev.UserCode) for e in timed)
+        ax.set_xlabel("ms" if label.startswith("measured") else
+                      "modeled ms" + (" (your code: measured)" if yours else ""), fontsize=8)
         kinds |= {b.kind for b in timeline_rows(timed)}
         replays = replays or any(isinstance(e, ev.Replay) for e in timed)
         cut = capture_cut(timed)
@@ -162,6 +178,7 @@ def draw_compare(sections, sharex: bool = False, clock=None, device=None):
 _COLS = [("section", "section", False), ("a step is", "a step is", False), ("steps", "steps", True),
          ("compiles", "compiles", True), ("recompiles", "recompiles", True), ("host syncs", "host syncs", True),
          ("replays", "replays", True), ("host ms/step", "host ms/step", True),
+         ("your code ms/step", "your code ms/step", True),
          ("device ms/step", "device ms/step", True), ("wall ms/step", "wall ms/step", True),
          ("device busy %", "device busy %", True), ("verdict", "verdict", False)]
 
@@ -170,16 +187,21 @@ _ONCE_CSS = "<style>.hpu-t tr.once td{background:#f6f6f6;font-style:italic}</sty
 
 
 def compare_html(sections, clock=None, device=None, steps=None) -> str:
-    rows = compare_rows(sections, clock, device, steps)
-    label = on_clock([], clock, device)[1]
-    how = ("host ms/step: host time not waiting for the device, per step (the bridge's modeled host work, plus "
-           "your own code measured on this CPU); device ms/step: the modeled time of the recipes launched"
-           if not label.startswith("measured") else
-           "host ms/step: wall time the host was not waiting for the device, per step")
+    """The table (always on the Gaudi clock: ``clock`` only names the pictures' clock beside it)."""
+    rows = compare_rows(sections, None, device, steps)
+    label = on_clock([], "gaudi", device)[1]
+    yours = any(r["your code ms/step"] for r in rows)
+    how = ("times from hpu_lab.lab.step_times; host ms/step: the bridge's modeled host work a step, its waits "
+           "for the device left out; device ms/step: the modeled time of the recipes launched; wall ms/step: "
+           "how much later each step ends, modeled" +
+           ("; your code ms/step: your own code (data loading, print, sleep), measured on this CPU, part of the "
+            "host's time and of the wall time" if yours else ""))
+    if (clock or CLOCK["clock"]) == "measured":
+        how += "; the timelines below are as measured on this CPU, the table stays on the Gaudi clock"
     once = ("; a row whose step is 'once' is one-time work (warm-up and capture) and shows its totals, "
             "not a per-step cost" if any(r["a step is"] == ONCE for r in rows) else "")
     return (_CSS + _ONCE_CSS + f"<p style='margin:2px 0'><b>{label}</b></p>" +
-            table_html(rows, _COLS, row_class=lambda r: "once" if r["a step is"] == ONCE else "") +
+            table_html(rows, [c for c in _COLS if yours or c[0] != "your code ms/step"], row_class=lambda r: "once" if r["a step is"] == ONCE else "") +
             f"<p style='font-size:11px;color:#555'>{how}{once}.</p>")
 
 
@@ -195,9 +217,9 @@ def compare(sections: Sequence, dpi: int = STORED_DPI, clock=None, device=None, 
             _given(steps, title)
     table, out = W.HTML(), W.Output()
     options = [("Gaudi clock (modeled)", "gaudi"), ("measured on this CPU", "measured")]
-    switch = W.ToggleButtons(options=options, value=clock or CLOCK["clock"], description="clock")
+    switch = W.ToggleButtons(options=options, value=clock or CLOCK["clock"], description="timelines")
 
-    def show(which):
+    def show(which):                       # the table is the Gaudi clock's; the switch redraws the timelines
         table.value = compare_html(pairs, which, device, steps)
         out.outputs = (figure_bundle(draw_compare(pairs, clock=which, device=device), dpi),)
     switch.observe(lambda ch: show(ch["new"]), names="value")
