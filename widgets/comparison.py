@@ -31,7 +31,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from hpu_lab import events as ev
 
-from .common import CLOCK, on_clock, step_count
+from .common import CLOCK, on_clock, step_count, step_ends
 from .metrics_view import section_metrics
 from .recompiles import table_html, _CSS
 from .static import STORED_DPI
@@ -149,7 +149,7 @@ def draw_compare(sections, sharex: bool = False, clock=None, device=None):
     fig = Figure(figsize=(10, 2.1 * max(len(pairs), 1) + 1.3), layout="constrained")
     axes = fig.subplots(max(len(pairs), 1), 1, sharex=sharex, squeeze=False)[:, 0]
     kinds = set()
-    replays = False
+    replays = has_ends = inner = False
     label = "measured on this CPU"
     for ax, (title, events) in zip(axes, pairs):
         timed, label, _ = on_clock(events, clock, device)
@@ -159,6 +159,10 @@ def draw_compare(sections, sharex: bool = False, clock=None, device=None):
                       "modeled ms" + (" (your code: measured)" if yours else ""), fontsize=8)
         kinds |= {b.kind for b in timeline_rows(timed)}
         replays = replays or any(isinstance(e, ev.Replay) for e in timed)
+        ends = step_ends(timed)
+        has_ends = has_ends or bool(ends)
+        inner = inner or sum(isinstance(e, ev.MarkStep) for e in timed) > sum(
+            isinstance(timed[i], ev.MarkStep) for i in ends)
         cut = capture_cut(timed)
         if cut is not None:
             x = (cut - min(e.t_start for e in timed)) / 1e6
@@ -169,7 +173,7 @@ def draw_compare(sections, sharex: bool = False, clock=None, device=None):
                         ha="right" if right else "left")
     fig.suptitle(f"Sections side by side, {label} (each from its own start: the time scales differ)",
                  fontsize=10, x=0.01, ha="left")
-    handles = legend_handles(kinds, replays=replays)
+    handles = legend_handles(kinds, replays=replays, step_ends=has_ends, inner_marks=inner)
     fig.legend(handles=handles, loc="outside lower center", ncol=legend_columns(handles, fig.get_size_inches()[0], 8.5),
                fontsize=8.5, frameon=False)
     return fig

@@ -358,8 +358,9 @@ GAP_LABEL_FRACTION = 0.1   # device-idle gaps at least this part of the window a
 _CHAR_EM = 0.62            # a character's width in ems (DejaVu Sans, generous): for "does this label fit"
 
 
-def legend_handles(kinds, compiles=True, syncs=True, replays=False):
-    """Legend entries for bar ``kinds`` (in drawing order), plus the compile, replay and sync markers."""
+def legend_handles(kinds, compiles=True, syncs=True, replays=False, step_ends=False, inner_marks=False):
+    """Legend entries for bar ``kinds`` (in drawing order), plus the compile, replay and sync markers
+    and the step lines (the end of a step; a mark_step inside one)."""
     from matplotlib.lines import Line2D
     out = [_patch(k) for k in sorted(set(kinds), key=lambda k: _DRAW_ORDER.index(k) if k in _DRAW_ORDER else 99)]
     if compiles:
@@ -369,6 +370,10 @@ def legend_handles(kinds, compiles=True, syncs=True, replays=False):
         out.append(Line2D([], [], marker="o", linestyle="none", color=COLORS["replay marker"], label="HPU Graph replay"))
     if syncs:
         out.append(Line2D([], [], marker="D", linestyle="none", color=COLORS["host sync"], label="host sync"))
+    if step_ends:
+        out.append(Line2D([], [], color="#777777", linestyle=":", label="end of a step"))
+    if inner_marks:
+        out.append(Line2D([], [], color="#c4c4c4", linestyle=":", label="mark_step inside a step"))
     return out
 
 
