@@ -173,7 +173,7 @@ def draw_compare(sections, sharex: bool = False, clock=None, device=None):
                         ha="right" if right else "left")
     fig.suptitle(f"Sections side by side, {label} (each from its own start: the time scales differ)",
                  fontsize=10, x=0.01, ha="left")
-    handles = legend_handles(kinds, replays=replays, step_ends=has_ends, inner_marks=inner)
+    handles = legend_handles(kinds, replays=replays, step_lines=has_ends, inner_marks=inner)
     fig.legend(handles=handles, loc="outside lower center", ncol=legend_columns(handles, fig.get_size_inches()[0], 8.5),
                fontsize=8.5, frameon=False)
     return fig
