@@ -115,8 +115,8 @@ def train(mode, steps=3, warmup=1, **kw):
 def timeline(name, run):                               # run(), and this card's timeline of it as a PNG
     with widgets.section(f"card {rank}: {name}", display=False) as s:
         result = run()
-    last = sorted({e.step for e in s.of(ev.MarkStep)})[-2:]   # the warm steps (the first one compiles)
-    s.timeline(step_range=(last[0], last[-1])).savefig(f"timeline_{name}_card{rank}.png", dpi=100)
+    # the last two steps: warm (the first steps compile)
+    s.timeline(step_range=(-2, -1)).savefig(f"timeline_{name}_card{rank}.png", dpi=100)
     return result
 
 
@@ -273,7 +273,7 @@ eager_transport = launch("collectives timelines")     # and card 0's timelines o
 device_stream = launch("collectives", PT_HPU_ENABLE_LAZY_COLLECTIVES="true")
 
 # %% [markdown]
-# Card 0's timeline of the 50 KB-bucket run, its last two steps (the time axis counts from the start of the launch): each `all_reduce` is a *collective* bar, three per step, issued during the backward pass as each bucket fills.
+# Card 0's timeline of the 50 KB-bucket run, its last two steps (steps 7 and 8 of 8; the time axis counts from the start of step 7): each `all_reduce` is a *collective* bar, three per step, issued during the backward pass as each bucket fills.
 #
 # **Fidelity note.** Host and device lanes are the Gaudi clock's (modeled, Gaudi 2); the collective's time is the clock's ring model over the card's NIC (`docs/gaudi_clock.md`). **One thing here is the emulator's, not Gaudi's:** before each collective the host waits for the device (a red sync bar). On a Gaudi, HCCL queues a collective on a device stream, after the work that produces its inputs, and the host goes on tracing. The wait is this emulator's transport: without lazy collectives it sums the buckets with gloo, on CPU copies, so it needs their values on the host first. With `PT_HPU_ENABLE_LAZY_COLLECTIVES=true` the emulator models what a Gaudi does: the all-reduce is a node of the launched graph, on the device's stream, and the host does not wait (counted below).
 
@@ -312,7 +312,7 @@ assert r0["fast_ddp"]["all_reduce_per_step"] == [1, 1, 1]
 assert abs(r0["fast_ddp"]["checksum"] - r0["ddp_25MB"]["checksum"]) < 1e-3      # the same training
 
 # %% [markdown]
-# The same on card 0's timeline (the steady run above, its last two steps): one collective per step, after the backward pass. The light-blue *HPU Graph replay* bars around it are fast_ddp's packing of the gradients into its buffer and unpacking after the all-reduce: `all_reduce_gradients` captures them as two HPU Graphs (optimum-habana's `use_hpu_graphs=True` default) and replays them each step. The time axis counts from the start of the launch, so these steps sit a few hundred ms in:
+# The same on card 0's timeline (the steady run above, its last two steps): one collective per step, after the backward pass. The light-blue *HPU Graph replay* bars around it are fast_ddp's packing of the gradients into its buffer and unpacking after the all-reduce: `all_reduce_gradients` captures them as two HPU Graphs (optimum-habana's `use_hpu_graphs=True` default) and replays them each step. The time axis counts from the start of step 7:
 
 # %%
 Image(filename=os.path.join(workdir, "timeline_fast_ddp_card0.png"))
