@@ -26,7 +26,7 @@ from .graph import PendingGraph, ref_sig, op_key, view, scatter, restride, Inpla
     InplaceOnStorages
 from .runtime import executor
 from .runtime.launch import launch_recipe
-from .tensor import HPUTensor, Inp, Out, Storage, contiguous_strides, new_storage_tensor, storage_extent
+from .tensor import HPUParameter, HPUTensor, Inp, Out, Storage, contiguous_strides, new_storage_tensor, storage_extent
 
 aten = torch.ops.aten
 CPU = torch.device("cpu")
@@ -387,7 +387,7 @@ def functional_op(func, args, kwargs, node_op=None):
     pg = S.pg
     refs, mkeys, nargs, sargs = [], [], [], []
     for a in args:
-        if type(a) is HPUTensor:
+        if type(a) is HPUTensor or type(a) is HPUParameter:
             r = read_ref(a)
             if type(r) is Inp:
                 if r.owner is None:

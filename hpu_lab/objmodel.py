@@ -26,14 +26,17 @@ Here (``install()``):
   devices, the object keeps its identity, ``__dict__``, ``requires_grad``, ``_version``, hooks and
   ``.grad`` (moved along: on CUDA ``_apply`` moves it right after), and takes a fresh tensor
   implementation aliasing x (torch's ``_swap_tensor_impl``) and x's class (a Parameter on "hpu" is
-  an HPUTensor marked ``_is_param``, as ``nn.Parameter(hpu_tensor)`` makes it; back on CPU it is a
+  an ``HPUParameter``, a subclass of both HPUTensor and ``nn.Parameter``; back on CPU it is a
   Parameter again).
+- ``nn.Parameter(x)`` of an hpu tensor or parameter is an HPUParameter sharing x's storage (torch's
+  path for tensor subclasses refused an hpu parameter: its ``detach()`` is a plain hpu tensor, as a
+  Parameter's is a plain Tensor), so ``type(p)(value, requires_grad=...)`` rebuilds a parameter.
 """
 from __future__ import annotations
 
 import torch
 
-from .tensor import HPUTensor, VIEW_KEYS
+from .tensor import HPUParameter, HPUTensor, VIEW_KEYS
 
 _C_DATA = torch._C.TensorBase.data          # torch's own getter/setter of Tensor.data
 _orig_compatible = None
@@ -87,11 +90,11 @@ def _across_devices(self, new) -> None:
     if to_hpu:
         alias = HPUTensor(new._st, new._size, new._stride, new._offset, new.dtype, requires_grad=rg,
                           zero=new._is_zerotensor())
-        cls = HPUTensor
+        cls = HPUParameter if issubclass(type(self), torch.nn.Parameter) else HPUTensor
     else:
         alias = new.detach()
         alias.requires_grad_(rg)
-        cls = self.__dict__.get("_hpu_host_class") or (torch.nn.Parameter if self.__dict__.get("_is_param")
+        cls = self.__dict__.get("_hpu_host_class") or (torch.nn.Parameter if isinstance(self, HPUParameter)
                                                        else torch.Tensor)
     old_cls = type(self)
     if old_cls.__dictoffset__ != cls.__dictoffset__ or old_cls.__basicsize__ != cls.__basicsize__:
@@ -109,16 +112,12 @@ def _across_devices(self, new) -> None:
     if to_hpu:
         for k in VIEW_KEYS:
             d[k] = alias.__dict__.pop(k)
-        if issubclass(old_cls, torch.nn.Parameter):
-            d["_is_param"] = True
         if old_cls not in (torch.Tensor, torch.nn.Parameter):
             d["_hpu_host_class"] = old_cls   # the class it gets back on the host
     else:
         for k in VIEW_KEYS:
             d.pop(k, None)
         d.pop("_hpu_host_class", None)
-        if issubclass(cls, torch.nn.Parameter):
-            d.pop("_is_param", None)
     torch._C._autograd._unsafe_set_version_counter((self,), (version,))
     if hooks is not None:
         self._backward_hooks = hooks        # registered again on the new implementation
@@ -147,11 +146,26 @@ def _poison_pending_accumulator(t) -> None:
         node.register_prehook(refuse)
 
 
+_PARAMETER_NEW = torch.nn.Parameter.__new__
+
+
+def parameter_new(cls, data=None, requires_grad=True):
+    """``nn.Parameter.__new__``: of hpu data, an HPUParameter aliasing it (as ``_make_subclass`` makes
+    a CPU Parameter alias a CPU tensor); anything else as torch does it."""
+    if isinstance(data, HPUTensor):
+        t = HPUTensor.detach(data).requires_grad_(requires_grad)
+        t.__class__ = HPUParameter
+        return t
+    return _PARAMETER_NEW(cls, data, requires_grad)
+
+
 def install() -> None:
-    """Idempotent: torch's compatibility check and ``Tensor.data``'s setter, for hpu tensors."""
+    """Idempotent: torch's compatibility check, ``Tensor.data``'s setter and ``nn.Parameter``'s
+    constructor, for hpu tensors."""
     global _orig_compatible
     if _orig_compatible is not None:
         return
+    torch.nn.Parameter.__new__ = staticmethod(parameter_new)
     _orig_compatible = torch._has_compatible_shallow_copy_type
     torch._has_compatible_shallow_copy_type = has_compatible_shallow_copy_type
     torch.Tensor.data = property(_C_DATA.__get__, set_data, doc=_C_DATA.__doc__)

@@ -211,6 +211,7 @@ class HPUTensor(torch.Tensor):
         self._clear_non_serializable_cached_data()
         # e.g. a Parameter's _is_param; not the view, which the clone has of its own storage
         new.__dict__.update(copy.deepcopy({k: v for k, v in self.__dict__.items() if k not in VIEW_KEYS}, memo))
+        new.__class__ = type(self)          # a parameter's copy is a parameter, as Parameter.__deepcopy__'s
         memo[id(self)] = new
         return new
 
@@ -259,6 +260,16 @@ class HPUTensor(torch.Tensor):
             return
         super().__setitem__(index, value)
 
+    # torch marks a custom tensor as a parameter by setting ``_is_param`` (``nn.Parameter(t)``'s path for
+    # tensor subclasses): an hpu tensor then takes the class of an hpu parameter (HPUParameter below)
+    @property
+    def _is_param(self) -> bool:
+        return isinstance(self, HPUParameter)
+
+    @_is_param.setter
+    def _is_param(self, value) -> None:
+        self.__class__ = HPUParameter if value else HPUTensor
+
     def __reduce_ex__(self, proto):
         # torch.save / pickle: as CPU saves a tensor, a view of its storage's host copy, storages
         # shared (serialization.py); torch.load (weights_only too) rebuilds it with torch's functions
@@ -267,6 +278,24 @@ class HPUTensor(torch.Tensor):
         return (torch._utils._rebuild_device_tensor_from_cpu_tensor,
                 (_to_cpu(self, "torch.save"), self.dtype, "hpu:0", self.requires_grad))
 
+
+class HPUParameter(HPUTensor, torch.nn.Parameter):
+    """A Parameter on "hpu": ``type(p)`` is a subclass of ``nn.Parameter``, as a CUDA Parameter's class
+    is ``nn.Parameter``, so code that rebuilds a parameter from its class gets one
+    (accelerate's ``set_module_tensor_to_device``: ``type(p)(new_value, requires_grad=...)``), and
+    ``issubclass(type(p), nn.Parameter)`` holds. It is an HPUTensor too: its ops are the device's.
+
+    Constructed as ``nn.Parameter``: hpu data gives an HPUParameter sharing the data's storage,
+    other data a Parameter of that data's device (objmodel.parameter_new)."""
+
+    def __new__(cls, data=None, requires_grad=True):
+        return torch.nn.Parameter(data, requires_grad)
+
+    def __repr__(self, *, tensor_contents=None):
+        return "Parameter containing:\n" + HPUTensor.__repr__(self, tensor_contents=tensor_contents)
+
+
+HPU_CLASSES = (HPUTensor, HPUParameter)   # the classes of hpu tensors (for `type(x) in` fast paths)
 
 VIEW_KEYS = frozenset(("_st", "_size", "_stride", "_offset", "_rc"))   # an HPUTensor's own view of its storage
 _EMPTY: dict = {}
@@ -353,4 +382,4 @@ def _itemsize(dtype) -> int:
 
 
 def is_hpu(x) -> bool:
-    return type(x) is HPUTensor or isinstance(x, HPUTensor)
+    return type(x) in HPU_CLASSES or isinstance(x, HPUTensor)

@@ -333,7 +333,37 @@ def moved_twice(dev, step_end):
                                        "float32": all(p.dtype == torch.float32 for p in model.parameters())}
 
 
+def parameter_class(dev, step_end):
+    """Code that rebuilds a parameter from its class (accelerate's ``set_module_tensor_to_device``:
+    ``type(p)(value, requires_grad=...)``), wraps one again (``nn.Parameter(p)``) and reads its class."""
+    torch.manual_seed(0)
+    model = Net().to(dev)
+    p = model.lin.weight
+    cls = type(p)
+    value = torch.full_like(p, 0.5)
+    rebuilt = cls(value, requires_grad=p.requires_grad)
+    wrapped = nn.Parameter(p)
+    frozen = cls(p.detach().clone(), requires_grad=False)
+    model.lin.weight = rebuilt
+    facts = {"class is a Parameter class": issubclass(cls, nn.Parameter),
+             "rebuilt is of the class": type(rebuilt) is cls,
+             "rebuilt is a Parameter": isinstance(rebuilt, nn.Parameter),
+             "rebuilt aliases its value": rebuilt.data_ptr() == value.data_ptr(),
+             "rebuilt on the device": rebuilt.device.type == dev,
+             "wrapped is of the class": type(wrapped) is cls and wrapped is not p,
+             "wrapped aliases": wrapped.data_ptr() == p.data_ptr(),
+             "frozen": (type(frozen) is cls, frozen.requires_grad),
+             ".data is a plain tensor": not isinstance(p.data, nn.Parameter),
+             "detach is a plain tensor": not isinstance(p.detach(), nn.Parameter),
+             "deepcopy keeps the class": type(copy.deepcopy(p)) is cls,
+             "repr": repr(p).split("\n")[0],
+             "registered": model.lin.weight is rebuilt and rebuilt in set(model.parameters())}
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    _train(model, opt, dev, step_end)
+    return _host(model.parameters()) + _host([wrapped, frozen]), facts
+
+
 PATTERNS = {f.__name__: f for f in (
     accelerate_prepare, fabric_setup, optimizer_after_move, grads_hooks_versions_across_move,
     overwrite_on_conversion, zero_flat_buffer, params_views_of_flat, data_view_uint8, weight_tying,
-    swap_tensors, state_dict_round_trip, deepcopy_module, functional_call, moved_twice)}
+    swap_tensors, state_dict_round_trip, deepcopy_module, functional_call, moved_twice, parameter_class)}

@@ -57,6 +57,16 @@ def test_accelerate_readme_loop_trains_on_hpu_as_on_cpu(tmp_path):
     _same(hpu, cpu)
 
 
+def test_accelerate_big_model_loading_trains_on_hpu_as_on_cpu(tmp_path):
+    # init_empty_weights + load_checkpoint_in_model: set_module_tensor_to_device rebuilds each
+    # parameter as type(param)(value, requires_grad=...) (was: HPUTensor.__new__() missing arguments)
+    _need("accelerate")
+    hpu = _run("accelerate_big_model.py", hpu=True, tmp_path=tmp_path)
+    cpu = _run("accelerate_big_model.py", hpu=False, tmp_path=tmp_path)
+    assert hpu["DEVICE"] == "hpu" and cpu["DEVICE"] == "cpu"
+    _same(hpu, cpu)
+
+
 def test_lightning_fabric_setup_trains_on_hpu_as_on_cpu(tmp_path):
     _need("lightning", "lightning_habana")
     hpu = _run("fabric_setup.py", hpu=True, tmp_path=tmp_path)
