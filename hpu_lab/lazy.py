@@ -20,7 +20,7 @@ from . import readback
 from ._source import user_src
 from .capture import GraphCapture
 from .compiler import find
-from .compiler.recipe import GraphKey
+from .compiler.recipe import GraphKey, graph_key, live_nodes
 from . import aliasing, donation, foreach_errors, iter_strides
 from .graph import PendingGraph, ref_sig, op_key, view, scatter, restride, InplaceOnClone, CastTo, \
     InplaceOnStorages
@@ -758,6 +758,14 @@ def flush(trigger: str, src: str, needed=None):
                     if type(r) is Out and id(r.node) in in_subset:
                         outs[id(r)] = r
         outs = sorted(outs.values(), key=lambda o: (o.node.index, o.idx))
+        traced = len(nodes)
+        nodes = live_nodes(nodes, outs, Out)      # the key and the recipe are the live graph's
+        if not nodes:                   # nothing pending is held or has effects: nothing to run
+            if in_subset is None:
+                S.pg = PendingGraph()
+                _release(pg.nodes)
+                pg.nodes, pg.inps, pg.slots, pg.written = [], [], {}, []
+            return None
         # external inputs in first-use order
         externals, seen = [], set()
         for n in nodes:
@@ -770,12 +778,11 @@ def flush(trigger: str, src: str, needed=None):
         if pg.scatters:
             r = v = st = w = None
             donation.donations(nodes, outs, externals, pg, S.capture is not None)
-        key = GraphKey(tuple(n.sig for n in nodes), tuple((o.node.index, o.idx) for o in outs),
-                       tuple(n.h for n in nodes), _default_dtype())
+        key = graph_key(nodes, outs, externals, pg.slots, _default_dtype())
         site = src
         if ev.wants(ev.GraphBuilt):
             # positional, in the event's field order (emit_host: built when a recording reads it)
-            ev.emit_host(ev.GraphBuilt, (t0, ev.now(), "host", ev.recorder.step, pg.id, len(nodes),
+            ev.emit_host(ev.GraphBuilt, (t0, ev.now(), "host", ev.recorder.step, pg.id, traced,
                                          len(externals), len(outs), trigger, src))
         recipe = find.get_recipe(key, nodes, externals, outs, site)
         cap = S.capture

@@ -389,19 +389,33 @@ def _meta_from_cpu(func, margs, mkwargs):
     return meta(res)
 
 
+class _Failed:
+    """A cached failure of an op's meta: the exception's class and arguments, never the exception.
+    A raised exception holds its traceback, whose frames hold the caller's frames and their locals:
+    cached, the first failure (and each re-raise of it) kept the user's tensors of that step alive
+    for the whole process. Their pending values then stayed outputs of every later graph, so a
+    second identical training run compiled its first step again, with the first run's last
+    validation step in it."""
+    __slots__ = ("cls", "args")
+
+    def __init__(self, e: BaseException):
+        self.cls, self.args = type(e), e.args
+
+    def raise_again(self):
+        raise self.cls(*self.args)
+
+
 def cached_meta(key, compute):
     r = _META_CACHE.get(key)
     if r is None:
         try:
             r = compute()
         except MetaFailure as e:
-            r = e
+            r = _Failed(e)
         except Exception as e:  # a user error (shape mismatch...): re-raise each time, same as eager
-            _META_CACHE[key] = ("err", e)
+            _META_CACHE[key] = _Failed(e)
             raise
         _META_CACHE[key] = r
-    if isinstance(r, MetaFailure):
-        raise r
-    if type(r) is tuple and len(r) == 2 and r[0] == "err":
-        raise type(r[1])(*r[1].args)
+    if type(r) is _Failed:
+        r.raise_again()
     return r

@@ -198,7 +198,7 @@ def test_eviction_waits_for_the_lock_another_process_holds(tmp_path):
         with open(d / disk_cache.LOCK, "a+") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             x = torch.arange(9, dtype=torch.float32).to("hpu")
-            (x * 2.0 + 1).cos()
+            y = (x * 2.0 + 1).cos()             # held: a graph with an output (dead ops compile nothing)
             htcore.mark_step()                      # compiled; the writer stores it, then must wait
             deadline = time.monotonic() + 120
             while set(_recipes(d)) <= old and time.monotonic() < deadline:

@@ -41,6 +41,101 @@ class GraphKey:
         return f"{self.h & 0xFFFFFFFFFFFF:012x}"
 
 
+def live_nodes(nodes, outs, out_type):
+    """The nodes of ``nodes`` the graph runs: those an output in ``outs`` reads (through any chain),
+    and those with effects of their own (fx's ``is_impure``: a mutable schema, an effectful op) with
+    what they read. The rest is dead: ops whose results nothing holds any more (a loss of the last
+    step of a finished loop). The compiler's dead-code elimination drops them from the recipe; left
+    in the key, they made the same program after them another graph: a second identical training
+    run recompiled its first step, which had the first run's leftovers ahead of it. The bridge
+    builds a graph from the live tensors' ops alone. ``out_type``: the class of a node's output
+    reference (tensor.Out). Returns ``nodes`` itself when every node is live."""
+    live = {id(o.node) for o in outs}
+    dead = 0
+    for n in reversed(nodes):          # a node reads only nodes before it
+        if id(n) not in live:
+            if not _impure(n.op):
+                dead += 1
+                continue
+            live.add(id(n))
+        for r in n.refs:
+            if type(r) is out_type:
+                live.add(id(r.node))
+    if not dead:
+        return nodes
+    return [n for n in nodes if id(n) in live]
+
+
+_IMPURE: dict = {}
+
+
+def _impure(op) -> bool:
+    found = _IMPURE.get(op)
+    if found is None:
+        from torch._library.utils import is_impure
+        try:
+            found = _IMPURE[op] = bool(is_impure(op))
+        except TypeError:               # an op that cannot be looked up by value: kept, never dropped
+            return True
+    return found
+
+
+class _Unnumbered(Exception):
+    """A reference the graph being keyed does not number (see graph_key)."""
+
+
+def graph_key(nodes, outs, externals, slots, default_dtype=None) -> GraphKey:
+    """The key of the graph of ``nodes`` (reading ``externals``, in first-use order; ``outs`` sorted),
+    numbered from that graph alone.
+
+    A node's signature names the values it reads by their numbers in the pending graph: a node's
+    index, an input's slot (``slots``: id(Inp) -> slot). A graph flushed alone from its pending graph
+    is numbered from 0 already. One flushed after part of its pending graph (a sync's subset, the
+    rest after it) or as a part (the subset a sync needs, with dead nodes before it) kept its
+    pending graph's numbers, so the same program after other ops got another key and recompiled
+    ("different graph outputs"; a second identical training run compiled everything again). Such a
+    graph's references are numbered again, from its first node and first-read input: the bridge's
+    graph hash, too, is that of the graph it compiles. Numbering is one-to-one, so different graphs
+    keep different keys."""
+    n_nodes = len(nodes)
+    if nodes[-1].index == n_nodes - 1 and all(slots.get(id(e)) == k for k, e in enumerate(externals)):
+        return GraphKey(tuple(n.sig for n in nodes), tuple((o.node.index, o.idx) for o in outs),
+                        tuple(n.h for n in nodes), default_dtype)
+    node_pos = {n.index: k for k, n in enumerate(nodes)}
+    slot_pos = {}
+    for k, e in enumerate(externals):
+        s = slots.get(id(e))
+        if s is not None:
+            slot_pos[s] = k
+    try:
+        sigs = tuple(_numbered(n.sig, node_pos, slot_pos) for n in nodes)
+    except _Unnumbered:     # its own numbers are one-to-one too: a key, only not shared with others
+        return GraphKey(tuple(n.sig for n in nodes), tuple((o.node.index, o.idx) for o in outs),
+                        tuple(n.h for n in nodes), default_dtype)
+    return GraphKey(sigs, tuple((node_pos[o.node.index], o.idx) for o in outs),
+                    tuple(hash(s) for s in sigs), default_dtype)
+
+
+def _numbered(sig, node_pos, slot_pos):
+    """``sig`` with each reference (graph.ref_sig: ("o", node index, output) or ("i", slot, layout))
+    numbered by ``node_pos`` / ``slot_pos``. A number in a signature is a scalar's (int, value): a bare
+    int after "o"/"i" is a reference's."""
+    if type(sig) is not tuple:
+        return sig
+    if len(sig) == 3 and type(sig[0]) is str and type(sig[1]) is int:
+        if sig[0] == "o" and type(sig[2]) is int:
+            pos = node_pos.get(sig[1])
+            if pos is None:
+                raise _Unnumbered
+            return ("o", pos, sig[2])
+        if sig[0] == "i":
+            pos = slot_pos.get(sig[1])
+            if pos is None:
+                raise _Unnumbered
+            return ("i", pos, sig[2])
+    return tuple(_numbered(x, node_pos, slot_pos) for x in sig)
+
+
 _ids = itertools.count(1)
 
 
