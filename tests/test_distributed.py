@@ -148,6 +148,19 @@ def test_ddp_bucket_sizes_and_fast_ddp_match_cpu():
     assert r0["ddp_small"]["allreduce_per_step"][1] > r0["ddp_big"]["allreduce_per_step"][1]
 
 
+def test_ddp_static_graph_and_find_unused_parameters_under_torchrun_match_cpu():
+    # the reducer stages its used-parameter map in pinned memory: for a PrivateUse1 device torch
+    # asked hooks a Python backend cannot fill (getPinnedMemoryAllocator ... PrivateUse1)
+    res = torchrun("ddp_used_map")
+    for r in res.values():
+        for k in ("static_graph", "find_unused"):
+            assert r[k]["max_abs_diff_vs_cpu"] <= 1e-6, (k, r[k])
+            assert r[k]["allreduce_per_step"][0] >= 1
+        assert r["staging_after"] is False          # torch's own factory kernel once the modules are gone
+    assert res[0]["static_graph"]["checksum"] == res[1]["static_graph"]["checksum"]
+    assert res[0]["find_unused"]["checksum"] == res[1]["find_unused"]["checksum"]
+
+
 def test_lazy_collectives_and_multicard_hpu_graph_inference():
     res = spawn("lazy")
     for rank, r in res.items():
@@ -358,6 +371,24 @@ def scenario_ddp():
     out["fast_ddp_nograph"] = _summary(_train("fast_ddp", rank, world, fusion_buffer_dtype=torch.float32,
                                               use_hpu_graphs=False), ref)
     out["fast_ddp_bf16"] = _summary(_train("fast_ddp", rank, world), ref)
+    dist.destroy_process_group()
+    _report(rank, out)
+
+
+def scenario_ddp_used_map():
+    """DDP's reducer all-reducing its map of used parameters: static_graph (its first iteration) and
+    find_unused_parameters (every iteration), which stage the map in pinned host memory."""
+    import gc
+    import torch
+    import torch.distributed as dist
+    from hpu_lab.distributed import ddp_reducer
+    world, rank, _ = _init()
+    ref = _cpu_reference(3, world)
+    out = {}
+    out["static_graph"] = _summary(_train("ddp", rank, world, static_graph=True), ref)
+    out["find_unused"] = _summary(_train("ddp", rank, world, find_unused_parameters=True), ref)
+    gc.collect()
+    out["staging_after"] = ddp_reducer.active()
     dist.destroy_process_group()
     _report(rank, out)
 
