@@ -95,6 +95,8 @@ def test_optimum_habana_utilities(tmp_path):
         (path,) = glob.glob("prof/run/*.json")
         cats = {e.get("cat") for e in json.load(open(path))["traceEvents"] if e.get("pid") == %d}
         assert {"Compile", "DeviceExecution", "HostSync"} <= cats, cats
+        from optimum.habana.utils import misc
+        print("driver", misc.get_driver_version())      # hl-smi, run as optimum-habana runs it
         print("optimum ok", optimum.habana.__version__)
     """ % HPU_PID))
     env = dict(os.environ, PYTHONPATH=ROOT)
@@ -102,4 +104,5 @@ def test_optimum_habana_utilities(tmp_path):
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "optimum ok" in r.stdout
+    assert "driver 1.23.0" in r.stdout and "Could not run `hl-smi`" not in r.stderr
     assert "habana-frameworks v1.23.0 was found" in r.stderr or "validated for SynapseAI" not in r.stderr
