@@ -49,3 +49,28 @@ def test_nothing_done_and_errors_do_not_raise():
     # the runtime is usable afterwards
     import torch
     assert torch.ones(2, device="hpu").sum().item() == 2.0
+
+
+def _leave_pending_graph():
+    """An earlier cell's work, never ended by a mark_step: a graph larger than a training step's."""
+    import torch
+    h = torch.randn(200, 784, device="hpu")
+    for _ in range(40):
+        h = torch.tanh(h) * 0.5
+    return h
+
+
+def test_record_does_not_count_work_left_pending_before_it():
+    from hpu_lab import core as htcore
+    from hpu_lab import events as ev
+    _leave_pending_graph()
+    got = practice.record(lambda: htcore.mark_step())
+    assert got.of(ev.Launch) == [] and got.of(ev.GraphBuilt) == [], "the leftover graph was recorded"
+
+
+def test_check_04_1_not_misjudged_by_a_pending_graph():
+    # notebook 04's check ran after cells that left a graph pending: its largest launched graph was
+    # that leftover, not the forward+backward, and the reference was judged "not yet"
+    _leave_pending_graph()
+    r = lab.check("04.1", answers.REFERENCE["04.1"], answers.ANSWERS["04.1"])
+    assert r.status == "right", str(r)

@@ -156,3 +156,23 @@ def test_import_hpu_lab_does_not_import_the_lab():
             "from hpu_lab import lab; lab.step_times; "
             "assert not any(m in sys.modules for m in ('matplotlib', 'ipywidgets', 'networkx'))")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_step_times_does_not_count_work_left_pending_before_it():
+    import torch
+    from hpu_lab import core as htcore
+    h = torch.randn(64, 64, device="hpu")
+    for _ in range(30):                  # an earlier cell's work, never ended by a mark_step
+        h = torch.tanh(h)
+    w = torch.randn(8, 8, device="hpu")
+    htcore.mark_step()
+    h = torch.randn(64, 64, device="hpu")
+    for _ in range(30):
+        h = torch.tanh(h)
+
+    def step():
+        (w * 2).sum()
+        htcore.mark_step()
+    t = lab.step_times(step, steps=2, warmup=0)
+    built = [e.node_count for e in t.events if isinstance(e, ev.GraphBuilt)]
+    assert len(built) == 2 and built[0] == built[1], f"the first step's graph took the leftover ops: {built}"

@@ -93,9 +93,13 @@ def judge_exercise(ex: Exercise, got: Run, answer: Any = None) -> Result:
 
 
 def record(run: Callable[[], Any]) -> Run:
-    """``run()`` under a recording, its device work finished; an error it raises is kept, not raised."""
+    """``run()`` under a recording, its device work finished; an error it raises is kept, not raised.
+    Work left pending before it (ops of earlier cells not yet ended by a ``mark_step``) is launched
+    first, outside the recording: otherwise the run's first ``mark_step`` would launch it too, and a
+    check would count a graph the learner's code did not build."""
     from .. import events as ev
     value = error = None
+    flush_pending()
     with ev.Collector() as c:
         try:
             value = run()
@@ -106,8 +110,16 @@ def record(run: Callable[[], Any]) -> Run:
     return Run(events, value, error)
 
 
+def flush_pending() -> None:
+    """Mark the boundary of a recording: launch the ops left pending (a ``mark_step``) and wait for
+    the device, so what is recorded next is only the recorded code's work. Failures of that leftover
+    work were the earlier code's: they are not raised here (see ``_settle``)."""
+    _settle()
+
+
 def _settle() -> None:
-    """After an error: drop what the failed code left pending, so the runtime stays usable."""
+    """Launch what is pending and wait for the device; after an error, drop what the failed code
+    left pending, so the runtime stays usable."""
     try:
         import torch
 

@@ -188,7 +188,9 @@ def step_times(step: Callable[[], object], steps: int = 8, warmup: int = 3, card
     the next step's launch."""
     import torch
     from .. import events as ev
+    from .practice import flush_pending
     _check_counts(steps, warmup)
+    flush_pending()                    # ops left pending by earlier code are not the steps' work
     for _ in range(warmup - 1):
         step()
     torch.hpu.synchronize()
