@@ -13,6 +13,11 @@ with the variable set before its imports::
     eager["lazy_mode"]            # False
     eager.stderr                  # what the process wrote to stderr (its warnings)
 
+A notebook keeps such a script in a real file, shown and editable, and passes its path (a
+``pathlib.Path``); the file runs as ``python file``, so it imports the modules beside it::
+
+    eager = run_fresh(Path("scripts/theory_eager_forward.py"), PT_HPU_LAZY_MODE="0")
+
 The script reports by printing one JSON object as its last line of output; ``run_fresh`` returns
 it (a ``dict``). A script that fails raises ``FreshRunError`` with the end of its stderr, so the
 notebook cell fails at the line that ran it, showing the child's traceback.
@@ -23,6 +28,7 @@ import json
 import os
 import subprocess
 import sys
+from typing import Union
 
 # a safety net against a hung child, far above what any notebook script takes (seconds): the
 # notebooks never assert on how long a run took
@@ -38,14 +44,23 @@ class Report(dict):
     stderr: str = ""
 
 
-def run_fresh(script: str, **env: str) -> Report:
-    """Run ``script`` (Python source) in a new interpreter, with the environment variables ``env``
-    set on top of this process's (so it imports the same hpu_lab); return the JSON object it printed
-    as its last line of standard output."""
+def run_fresh(script: Union[str, os.PathLike], **env: str) -> Report:
+    """Run ``script`` (Python source, or the path of a Python file) in a new interpreter, with the
+    environment variables ``env`` set on top of this process's (so it imports the same hpu_lab);
+    return the JSON object it printed as its last line of standard output."""
     bad = [k for k, v in env.items() if not isinstance(v, str)]
     if bad:
         raise TypeError(f"run_fresh: environment values are strings, got {', '.join(f'{k}={env[k]!r}' for k in bad)}")
-    p = subprocess.run([sys.executable, "-c", script], env=dict(os.environ, **env),
+    if isinstance(script, os.PathLike):
+        if not os.path.isfile(script):
+            raise FileNotFoundError(f"run_fresh: no script file {os.fspath(script)!r} (relative to {os.getcwd()})")
+        command = [sys.executable, os.fspath(script)]
+    elif isinstance(script, str):
+        command = [sys.executable, "-c", script]
+    else:
+        raise TypeError(f"run_fresh: script is Python source (a str) or a file's path (a pathlib.Path), "
+                        f"got a {type(script).__name__}")
+    p = subprocess.run(command, env=dict(os.environ, **env),
                        capture_output=True, text=True, timeout=TIMEOUT_S)
     if p.returncode != 0:
         raise FreshRunError(f"the script exited with status {p.returncode}; its stderr ends with:\n{p.stderr[-3000:]}")

@@ -22,3 +22,15 @@ def test_a_failing_script_raises_with_its_traceback():
         run_fresh("pass")
     with pytest.raises(TypeError, match="PT_HPU_LAZY_MODE=0"):
         run_fresh("pass", PT_HPU_LAZY_MODE=0)
+
+
+def test_a_script_file_runs_and_imports_the_modules_beside_it(tmp_path):
+    from pathlib import Path
+    (tmp_path / "helper.py").write_text("VALUE = 41\n")
+    (tmp_path / "main.py").write_text("import json, hpu_lab\nfrom helper import VALUE\n"
+                                      "print(json.dumps({'value': VALUE + 1, 'lazy': hpu_lab.config.lazy_mode()}))\n")
+    assert run_fresh(tmp_path / "main.py", PT_HPU_LAZY_MODE="0") == {"value": 42, "lazy": False}
+    with pytest.raises(FileNotFoundError, match="no script file"):
+        run_fresh(Path(tmp_path / "missing.py"))
+    with pytest.raises(TypeError, match="got a bytes"):
+        run_fresh(b"print(1)")
