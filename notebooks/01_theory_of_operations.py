@@ -64,33 +64,19 @@ htcore.mark_step()                        # launch the three random inputs first
 # > *During Eager mode execution, the framework executes one op at a time from Python.*
 
 # %% [markdown]
-# Eager mode is chosen with `PT_HPU_LAZY_MODE=0`, and the bridge reads it once: *"This flag needs to be set before invoking a Python script importing HPU … since Eager mode uses a separate backend library and replaces Lazy backend."* So each experiment in another mode below is a small script run in a **fresh Python process**, with the variable set before its imports; the script prints its counts as JSON, and this notebook (in lazy mode throughout) parses and checks them.
+# Eager mode is chosen with `PT_HPU_LAZY_MODE=0`, and the bridge reads it once: *"This flag needs to be set before invoking a Python script importing HPU … since Eager mode uses a separate backend library and replaces Lazy backend."* So each experiment in another mode below is a small script run in a **fresh Python process**, with the variable set before its imports; the script prints its counts as JSON, and this notebook (in lazy mode throughout) parses and checks them. The scripts are files in `notebooks/scripts/`, `theory_*.py`: open them beside this notebook, change them, re-run the cell. `theory_prelude.py` holds what they share: section 1's forward pass and its inputs.
 
 # %%
 from hpu_lab.fresh import run_fresh   # hpu_lab/fresh.py: run a script in a new process, env set first
 
-PRELUDE = """
-import json, torch, torch.nn as nn, torch.nn.functional as F
-import hpu_lab, hpu_lab.core as htcore
-from hpu_lab import events as ev
-def report(**values): print(json.dumps(values))
-def forward(x, w1, w2):               # the 5 ops above
-    h = torch.relu(x @ w1)
-    return torch.softmax(h @ w2, dim=1).sum()
-torch.manual_seed(0)
-x, w1, w2 = torch.randn(64, 32, device="hpu"), torch.randn(32, 16, device="hpu"), torch.randn(16, 8, device="hpu")
-"""
+from pathlib import Path
+SCRIPTS = Path("scripts")            # notebooks/scripts/theory_*.py: open them beside this notebook, edit, re-run
 
 # %% [markdown]
 # Run the forward pass in an eager-mode process and count:
 
 # %%
-EAGER_FORWARD = PRELUDE + """
-with ev.Collector() as c:
-    y = forward(x, w1, w2)
-report(lazy_mode=hpu_lab.config.lazy_mode(), ops=len(c.of(ev.OpAccumulated)), launches=len(c.of(ev.Launch)))
-"""
-eager = run_fresh(EAGER_FORWARD, PT_HPU_LAZY_MODE="0")
+eager = run_fresh(SCRIPTS / "theory_eager_forward.py", PT_HPU_LAZY_MODE="0")
 print(eager)
 
 # %% [markdown]
@@ -145,13 +131,7 @@ assert len(inside) == 1 and inside[0].node_count == 2 and fallback_sync.reason =
 # Again a fresh process, in lazy mode, with the variable set before the import:
 
 # %%
-COMPOUND_FORWARD = PRELUDE + """
-with ev.Collector() as c:
-    y = forward(x, w1, w2)
-report(ops=len(c.of(ev.OpAccumulated)), sizes=[g.node_count for g in c.of(ev.GraphBuilt)],
-       compiled=[e.node_count for e in c.of(ev.Compile)])
-"""
-compound1 = run_fresh(COMPOUND_FORWARD, PT_HPU_MAX_COMPOUND_OP_SIZE="1")
+compound1 = run_fresh(SCRIPTS / "theory_compound_forward.py", PT_HPU_MAX_COMPOUND_OP_SIZE="1")
 print(compound1)
 
 # %% [markdown]
@@ -172,44 +152,10 @@ assert len(sizes) == compound1["ops"] == 5 and set(sizes) == {1}
 # %% [markdown]
 # > *In upcoming Intel Gaudi software releases, Eager mode extended with torch.compile will replace Lazy Mode. Unlike Lazy mode, Eager mode with torch.compile does not require rebuilding a graph in each iteration which reduces host computation overhead.*
 #
-# The seed's MNIST `train_function` pattern: the model is compiled with `backend="hpu_backend"`, the loss (`F.nll_loss`) outside it runs eagerly. torch.compile runs in eager mode, so this is an eager-mode process again:
+# The seed's MNIST `train_function` pattern (`scripts/theory_torch_compile.py`): the model is compiled with `backend="hpu_backend"`, the loss (`F.nll_loss`) outside it runs eagerly. torch.compile runs in eager mode, so this is an eager-mode process again:
 
 # %%
-NET = """
-class Net(nn.Module):                 # the model of seed 000, verbatim
-    def __init__(self):
-        super(Net, self).__init__()
-        self.fc1 = nn.Linear(784, 128)
-        self.fc2 = nn.Linear(128, 10)
-        self.dropout = nn.Dropout(0.5)
-
-    def forward(self, x):
-        x = torch.flatten(x, 1)
-        x = self.fc1(x)
-        x = F.relu(x)
-        x = self.dropout(x)
-        x = self.fc2(x)
-        output = F.log_softmax(x, dim=1)
-        return output
-"""
-TORCH_COMPILE = PRELUDE + NET + """
-model = Net().to("hpu").eval()            # eval: no dropout noise
-compiled = torch.compile(model, backend="hpu_backend")
-
-def train_function(data, target):
-    output = compiled(data)
-    loss = F.nll_loss(output, target)     # not wrapped: eager
-    return loss
-
-batches = [(torch.randn(32, 1, 28, 28).to("hpu"), torch.randint(0, 10, (32,)).to("hpu")) for _ in range(5)]
-with ev.Collector() as c:
-    for data, target in batches:
-        loss = train_function(data, target)
-    loss_value = loss.item()
-report(compiles=[e.node_count for e in c.of(ev.Compile)], launches=len(c.of(ev.Launch)),
-       eager_ops=len(c.of(ev.OpAccumulated)), loss=round(loss_value, 3))
-"""
-tc = run_fresh(TORCH_COMPILE, PT_HPU_LAZY_MODE="0")
+tc = run_fresh(SCRIPTS / "theory_torch_compile.py", PT_HPU_LAZY_MODE="0")
 print(tc)
 
 # %% [markdown]
@@ -265,35 +211,15 @@ assert len(lz_item.of(ev.Launch)) == 1 and g.node_count == 5 and sync.reason == 
 # > *Unlike Eager Mode with torch.compile, graph is analyzed in each iteration leading to a higher CPU usage.*
 
 # %% [markdown]
-# Ten iterations of a 20-layer chain, lazy vs compiled. Lazy mode traces every op and hashes the graph every time, even when the recipe comes from the cache; the compiled function is just called. Lazy mode runs here; torch.compile in an eager-mode process, which also re-times its own recording on the Gaudi clock (`hpu_lab.perfmodel.retime`):
+# Ten iterations of a 20-layer chain, lazy vs compiled. Lazy mode traces every op and hashes the graph every time, even when the recipe comes from the cache; the compiled function is just called. Lazy mode runs here; torch.compile in an eager-mode process (`scripts/theory_compiled_chain.py`; the chain itself is `scripts/theory_chain.py`, imported by both), which also re-times its own recording on the Gaudi clock (`hpu_lab.perfmodel.retime`):
 
 # %%
-CHAIN = """
-def chain(x, ws):                       # 20 matmul + tanh layers, then a sum: 41 ops
-    for w in ws:
-        x = torch.tanh(x @ w)
-    return x.sum()
-
-ws = [torch.randn(32, 32, device="hpu") / 6 for _ in range(20)]
-"""
-exec(CHAIN)                              # the same chain in this (lazy) process
+from scripts.theory_chain import chain, chain_weights   # notebooks/scripts/theory_chain.py
+ws = chain_weights()
 htcore.mark_step()                       # make the weights first: otherwise their randn ops join the first graph
 y = chain(x, ws); htcore.mark_step(); torch.hpu.synchronize()   # compile the loop's graph before the measurement
 
-COMPILED_CHAIN = PRELUDE + CHAIN + """
-import hpu_lab.perfmodel as pm
-compiled_chain = torch.compile(chain, backend="hpu_backend")
-compiled_chain(x, ws); torch.hpu.synchronize()          # compile outside the measurement
-with ev.Collector() as c:
-    for i in range(10):
-        y = compiled_chain(x, ws)
-    torch.hpu.synchronize()
-from hpu_lab import lab
-t = lab.step_times_of(c.events, steps=10)               # on HPU_LAB_DEVICE's card: this notebook's
-report(ops=len(c.of(ev.OpAccumulated)), graphs=len(c.of(ev.GraphBuilt)), compiles=len(c.of(ev.Compile)),
-       launches=len(c.of(ev.Launch)), host_ms=t.host_ms, device_ms=t.device_ms)
-"""
-comp10 = run_fresh(COMPILED_CHAIN, PT_HPU_LAZY_MODE="0", HPU_LAB_DEVICE=CARD)
+comp10 = run_fresh(SCRIPTS / "theory_compiled_chain.py", PT_HPU_LAZY_MODE="0", HPU_LAB_DEVICE=CARD)
 
 # %%
 # %%hpu_section "Lazy mode: 10 iterations" --as lazy10 --no-live
@@ -392,27 +318,10 @@ assert len(aliases) == 2 and {n.op for n in aliases} == {"view"}   # the views r
 # %% [markdown]
 # > *Optimal placement of permutations for channel last memory format of tensors.*
 #
-# Gaudi's convolutions read and write channels-last (NHWC) activations; a PyTorch tensor is NCHW. Lowered op by op, every convolution would need a permute in and a permute out. The pass keeps values NHWC from one convolution to the next (through the elementwise ops between them) and permutes only where they enter or leave. Its switch, `PT_HPU_ENABLE_SYNAPSE_LAYOUT_HANDLING` (default `true`), is read at start-up, so a three-convolution net runs in two fresh processes, with it on and off; each counts the permutes in its recipe and re-times it on the Gaudi clock:
+# Gaudi's convolutions read and write channels-last (NHWC) activations; a PyTorch tensor is NCHW. Lowered op by op, every convolution would need a permute in and a permute out. The pass keeps values NHWC from one convolution to the next (through the elementwise ops between them) and permutes only where they enter or leave. Its switch, `PT_HPU_ENABLE_SYNAPSE_LAYOUT_HANDLING` (default `true`), is read at start-up, so a three-convolution net (`scripts/theory_layouts.py`) runs in two fresh processes, with it on and off; each counts the permutes in its recipe and re-times it on the Gaudi clock:
 
 # %%
-LAYOUTS = PRELUDE + """
-import copy
-import hpu_lab.perfmodel as pm
-torch.manual_seed(0)
-convnet = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(),
-                        nn.Conv2d(8, 4, 1))
-image = torch.randn(8, 3, 32, 32)
-net = copy.deepcopy(convnet).to("hpu")
-with torch.no_grad(), ev.Collector() as c:
-    y = net(image.to("hpu"))
-    htcore.mark_step()
-    equal = torch.equal(y.cpu(), convnet(image))
-(compiled,) = c.of(ev.Compile)
-report(convolutions=sum(n.op == "aten::convolution" for n in compiled.graph.nodes),
-       permutes=sum(n.op == "aten::permute" for n in compiled.graph.nodes),
-       device_us=round(pm.retime(c.events).device_busy_ns / 1e3, 1), equal_to_cpu=equal)
-"""
-layout = {v: run_fresh(LAYOUTS, PT_HPU_ENABLE_SYNAPSE_LAYOUT_HANDLING=v, HPU_LAB_DEVICE=CARD) for v in ("true", "false")}
+layout = {v: run_fresh(SCRIPTS / "theory_layouts.py", PT_HPU_ENABLE_SYNAPSE_LAYOUT_HANDLING=v, HPU_LAB_DEVICE=CARD) for v in ("true", "false")}
 for v, r in layout.items():
     print(f"PT_HPU_ENABLE_SYNAPSE_LAYOUT_HANDLING={v:5s} {r}")
 
@@ -510,14 +419,7 @@ assert hits >= 16
 # The 5-op forward pass of section 1, three times: in an eager-mode process the cache is asked once per op, here in lazy mode once per graph:
 
 # %%
-OP_LEVEL_CACHE = PRELUDE + """
-with ev.Collector() as c:
-    for i in range(3):
-        y = forward(x, w1, w2)
-lookups = c.of(ev.CacheLookup)
-report(lookups=len(lookups), hits=sum(e.hit for e in lookups), compiles=len(c.of(ev.Compile)))
-"""
-op_level = run_fresh(OP_LEVEL_CACHE, PT_HPU_LAZY_MODE="0")
+op_level = run_fresh(SCRIPTS / "theory_op_level_cache.py", PT_HPU_LAZY_MODE="0")
 with ev.Collector() as c:
     for i in range(3):
         y = forward(x, w1, w2)
