@@ -1,5 +1,9 @@
 """hpu_lab.lab.check: every exercise says right for its reference answer, not yet for the section's
 untouched code, and never fails a notebook's Run All (docs/lab.md)."""
+import json
+import pathlib
+import re
+
 import pytest
 
 import hpu_lab  # noqa: F401
@@ -9,6 +13,26 @@ from hpu_lab.lab import practice
 from hpu_lab.lab.checking import EXERCISES, judge
 
 IDS = sorted(answers.START)
+NOTEBOOKS = pathlib.Path(__file__).resolve().parent.parent / "notebooks"
+
+
+def _same_process_free(text: str) -> str:
+    """Drop the facts that depend on what else the process holds (the peak of device memory counts
+    the notebook's other live tensors), not on the exercise's code."""
+    return re.sub(r",? ?peak_mib=[0-9.]+", "", text)
+
+
+def stored_check_output(ex: str):
+    """What the notebook's own check cell for ``ex`` printed when it was stored (its starting code,
+    no answer), or None if no stored notebook has that cell. The .ipynb is JSON, read, never run."""
+    for path in sorted(NOTEBOOKS.glob(ex[:2] + "_*.ipynb")):
+        for cell in json.loads(path.read_text())["cells"]:
+            if cell["cell_type"] == "code" and f'lab.check("{ex}"' in "".join(cell["source"]):
+                texts = []
+                for out in cell.get("outputs", []):
+                    texts.append("".join(out.get("text", "")) or "".join(out.get("data", {}).get("text/plain", "")))
+                return "".join(texts).strip()
+    return None
 
 
 def test_every_registered_exercise_has_a_reference_and_a_start():
@@ -33,6 +57,12 @@ def test_reference_right_start_not_yet_wrong_answer_wrong(ex):
     for answer in (None, right):
         r = judge(ex, start, answer)
         assert r.status == "not yet", str(r)
+    # START is the notebook's starting code: its facts are what the notebook's check cell printed
+    # (nbval keeps that output true to the notebook's code), so the two cannot drift apart
+    stored = stored_check_output(ex)
+    if stored is not None:
+        assert _same_process_free(str(judge(ex, start, None))) == _same_process_free(stored), \
+            f"answers.START[{ex!r}] and the notebook's check cell differ"
 
 
 def test_nothing_done_and_errors_do_not_raise():

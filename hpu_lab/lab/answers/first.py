@@ -11,13 +11,13 @@ from ... import core as htcore
 from ._common import DEVICE, Net, _batches, _train
 
 
-# -- notebook 00 -------------------------------------------------------------------------------
+# -- notebook 00 (my_epoch: one epoch of the 1600-image training set, 8 steps) ----------------
 def start_00_1():
-    return _train(_batches(800, 200))
+    return _train(_batches(1600, 200))
 
 
 def reference_00_1():
-    return _train(_batches(800, 200), first_mark=False)
+    return _train(_batches(1600, 200), first_mark=False)
 
 
 def start_00_2():
@@ -32,7 +32,7 @@ start_00_3 = start_00_1
 
 
 def reference_00_3():
-    return _train(_batches(800, 200), print_loss=True)
+    return _train(_batches(1600, 200), print_loss=True)
 
 
 # -- notebook 01 (section 4: y = forward(x, w1, w2), then its value) --------------------------
@@ -51,7 +51,8 @@ def reference_01_1():
 
 
 # -- notebook 02 (section 3: the graphs of one training step) --------------------------------
-start_02_1 = start_00_1
+def start_02_1():
+    return _train(_batches(800, 200))
 
 
 def reference_02_1():

@@ -189,13 +189,13 @@ def _paths(merged: bool):
     import random
     random.seed(0)
     torch.manual_seed(0)
-    module1 = nn.Linear(784, 128).to(DEVICE)
+    module1 = htcore.hpu.make_graphed_callables(nn.Linear(784, 128).to(DEVICE),   # as in the notebook
+                                                (torch.randn(5, 784, device=DEVICE),))
     if not merged:                    # the section's code: a module per path, graphed
-        module2 = nn.Linear(128, 100).to(DEVICE)
-        module3 = nn.Linear(128, 50).to(DEVICE)
-        h = torch.randn(5, 128, device=DEVICE, requires_grad=True)
-        module2 = htcore.hpu.make_graphed_callables(module2, (h,))
-        module3 = htcore.hpu.make_graphed_callables(module3, (h,))
+        module2 = htcore.hpu.make_graphed_callables(nn.Linear(128, 100).to(DEVICE),
+                                                    (torch.randn(5, 128, device=DEVICE, requires_grad=True),))
+        module3 = htcore.hpu.make_graphed_callables(nn.Linear(128, 50).to(DEVICE),
+                                                    (torch.randn(5, 128, device=DEVICE, requires_grad=True),))
         branches = None
     else:
         class Branches(nn.Module):    # module2 and module3 as one module, the path an argument
@@ -208,7 +208,8 @@ def _paths(merged: bool):
                 return self.module2(x) if path == 1 else self.module3(x)
         branches = Branches().to(DEVICE)
         htcore.hpu.ModuleCacher(max_graphs=10)(model=branches, inplace=True)
-    params = list(module1.parameters()) + list((branches or nn.Module()).parameters())
+    params = list(module1.parameters()) + list((branches if branches is not None else
+                                                nn.ModuleList([module2, module3])).parameters())
     optimizer = torch.optim.Adadelta(params, lr=0.1)
     for _ in range(8):
         data = torch.rand(5, 784).to(DEVICE)
