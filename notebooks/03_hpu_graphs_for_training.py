@@ -460,6 +460,52 @@ accuracy = test(model, device, train_loader)
 assert accuracy > 0.5
 
 # %% [markdown]
+# ### Without `mark_step`
+#
+# > *Make sure to set sync/mark_step.*
+#
+# What goes wrong if you leave them out? The seed's ModuleCacher loop, once as `train` above and once with its two `htcore.mark_step()` calls deleted, each on a fresh model for two epochs (the first captures), the second recorded:
+
+# %%
+def train_without_mark_step(model, device, train_loader, optimizer):
+    for batch_idx, (data, target) in enumerate(train_loader):
+        data, target = data.to(device), target.to(device)
+        optimizer.zero_grad(set_to_none=True)
+        output = model(data)
+        loss = F.nll_loss(output, target)
+        loss.backward()
+        optimizer.step()                     # no mark_step before or after
+    return loss
+
+def cached_run(train_fn):
+    model, optimizer = fresh()
+    htcore.hpu.ModuleCacher(max_graphs=10)(model=model, inplace=True)
+    train_fn(model, device, mnist_batches, optimizer)                  # first epoch: captures
+    with ev.Collector() as c:
+        train_fn(model, device, mnist_batches, optimizer)
+    with ev.Collector() as after:                                      # what the loop left pending
+        htcore.mark_step()
+    torch.hpu.synchronize()
+    return model, c, after.of(ev.MarkStep)[0].pending_nodes
+
+marked_model, marked, marked_left = cached_run(train)
+unmarked_model, unmarked, unmarked_left = cached_run(train_without_mark_step)
+for name, c, left in (("with mark_step", marked, marked_left), ("without", unmarked, unmarked_left)):
+    print(f"{name:15s} graphs launched: {len(c.of(ev.GraphBuilt)):2d}, launched by {dict(Counter(g.trigger for g in c.of(ev.GraphBuilt)))}; "
+          f"nodes of the first three: {[g.node_count for g in c.of(ev.GraphBuilt)][:3]}; ops pending after the loop: {left}")
+
+# %% [markdown]
+# Nothing breaks, and the weights are the same bit for bit. A replay marks a step itself: the bridge's `HPUGraph::replay` calls the lazy step marker before it launches (as `capture_begin` does, `backend/habana_device/HPUGraph.cpp`), and the emulator does the same. So the optimizer's 44 ops, left pending, are launched by the next step's forward replay, together with the 4 ops that stored the gradients after the backward replay (one 48-node graph), instead of by the two `mark_step`s (graphs of 4 and 44 nodes). (In both loops the backward replay also launches, once a step, the loss's 3 ops traced between the two replays: `nll_loss`, its gradient and the `ones_like` that seeds it. That is the 3-node graph, and the 8 launches by `HPUGraph.replay` with `mark_step`.) What the `mark_step` does buy is a defined end: without it, the **last** step's update has not run when the loop returns (48 ops are still pending: its gradients' 4 and the optimizer's 44) and runs only when something reads a weight or marks a step. A checkpoint, an evaluation or a timing taken right after the loop then includes that work, or, for a timer that does not sync, misses it.
+
+# %%
+same = all(torch.equal(a.detach().cpu(), b.detach().cpu())
+           for a, b in zip(marked_model.parameters(), unmarked_model.parameters()))
+assert same                                                           # the same training, bit for bit
+assert set(g.trigger for g in unmarked.of(ev.GraphBuilt)) == {"HPUGraph.replay"}   # launched by the replays
+assert len(unmarked.of(ev.Replay)) == len(marked.of(ev.Replay)) == 16
+assert marked_left == 0 and unmarked_left >= 44                     # the last update still pending
+
+# %% [markdown]
 # ### The four timelines side by side
 #
 # Same steps, same data. Compare the host lanes. (**Fidelity:** the Gaudi clock of Gaudi 2, host and device lanes modeled, as section 5 details; the widget's other clock, "measured on this CPU", shows the emulator's own times, which say nothing about a Gaudi.)
