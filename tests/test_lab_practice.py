@@ -104,3 +104,16 @@ def test_check_04_1_not_misjudged_by_a_pending_graph():
     _leave_pending_graph()
     r = lab.check("04.1", answers.REFERENCE["04.1"], answers.ANSWERS["04.1"])
     assert r.status == "right", str(r)
+
+
+def test_the_boundary_adds_no_sync_when_nothing_is_pending():
+    # a notebook's own counts (its global host_sync metric) must not move because a check ran
+    import torch
+    from hpu_lab import core as htcore
+    from hpu_lab.metrics import metric_global
+    torch.ones(2, device="hpu").sum()
+    htcore.mark_step()
+    torch.hpu.synchronize()
+    before = metric_global("host_sync")["TotalNumber"]
+    practice.flush_pending()
+    assert metric_global("host_sync")["TotalNumber"] == before

@@ -111,10 +111,13 @@ def record(run: Callable[[], Any]) -> Run:
 
 
 def flush_pending() -> None:
-    """Mark the boundary of a recording: launch the ops left pending (a ``mark_step``) and wait for
-    the device, so what is recorded next is only the recorded code's work. Failures of that leftover
-    work were the earlier code's: they are not raised here (see ``_settle``)."""
-    _settle()
+    """Mark the boundary of a recording: if ops are pending (left by earlier code, never ended by a
+    ``mark_step``), launch them and wait for them, so what is recorded next is only the recorded
+    code's work. With nothing pending it does nothing: no event, no sync in the metrics. Failures of
+    that leftover work were the earlier code's: they are not raised here (see ``_settle``)."""
+    from .. import lazy
+    if lazy.S.pg.nodes:
+        _settle()
 
 
 def _settle() -> None:
