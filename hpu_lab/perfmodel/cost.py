@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Dict, Optional, Sequence, Tuple
 
 from .cards import Card
-from .onchip import hbm_bytes
+from .onchip import VIEW_OPS, hbm_bytes, is_view as _is_view
 
 # Efficiency factors: the fraction of a peak figure real kernels reach. Documented and
 # calibrated in docs/gaudi_clock.md ("Validation"); change them here, nowhere else.
@@ -61,11 +61,6 @@ _HEAVY = ("exp", "log", "tanh", "sigmoid", "gelu", "erf", "softmax", "pow", "sqr
           "silu", "norm", "sin", "cos")
 
 
-# ops that only re-describe memory (strides, offsets): no kernel runs for them on a Gaudi
-_FREE = {"aten::view", "aten::_unsafe_view", "aten::expand", "aten::squeeze", "aten::unsqueeze", "aten::alias",
-         "aten::as_strided", "aten::slice", "aten::select", "aten::unbind", "aten::split", "aten::split_with_sizes",
-         "aten::detach", "aten::lift_fresh", "aten::_reshape_alias", "aten::reshape", "aten::flatten",
-         "aten::unflatten", "aten::chunk", "aten::narrow", "aten::diagonal", "aten::view_as", "view", "getitem"}
 # layout changes: free when only the MME reads them (it takes strided / transposed operands)
 _TRANSPOSES = {"aten::t", "aten::transpose", "aten::permute", "aten::numpy_T"}
 
@@ -146,10 +141,6 @@ class Kernel:
     fp32_rate: bool = False     # an MME kernel whose time is its FLOPs at the (assumed) FP32 rate
 
 
-def _is_view(n) -> bool:
-    return n.op in _FREE or n.tensor_class == "alias"
-
-
 def _through_layouts(m, by_index, stop=()):
     """The producer behind node ``m`` through views and transposes of a single input (what an MME
     operand really is), stopping early at a node in ``stop``; None past the graph's inputs."""
@@ -171,7 +162,7 @@ def _mme_dtype(n, by_index) -> str:
 
     def source(i):
         m = by_index.get(i)
-        while m is not None and (m.op in _FREE or m.op in _TRANSPOSES) and len(m.inputs) == 1:
+        while m is not None and (m.op in VIEW_OPS or m.op in _TRANSPOSES) and len(m.inputs) == 1:
             m = by_index.get(m.inputs[0])
         if m is None or not m.is_cast or not m.inputs or m.inputs[0] not in by_index:
             return own

@@ -17,6 +17,17 @@ from __future__ import annotations
 
 from typing import Dict, List
 
+# ops that only re-describe memory (strides, offsets): no kernel runs for them on a Gaudi
+VIEW_OPS = {"aten::view", "aten::_unsafe_view", "aten::expand", "aten::squeeze", "aten::unsqueeze", "aten::alias",
+         "aten::as_strided", "aten::slice", "aten::select", "aten::unbind", "aten::split", "aten::split_with_sizes",
+         "aten::detach", "aten::lift_fresh", "aten::_reshape_alias", "aten::reshape", "aten::flatten",
+         "aten::unflatten", "aten::chunk", "aten::narrow", "aten::diagonal", "aten::view_as", "view", "getitem"}
+
+
+def is_view(n) -> bool:
+    """A node that is a view of its input: it moves no bytes."""
+    return n.op in VIEW_OPS or n.tensor_class == "alias"
+
 
 def hbm_bytes(plans, by_index, consumers, out_nodes, window: int) -> List[int]:
     """The HBM bytes of each planned kernel (``plans``: cost.kernels' list, in graph order of its
@@ -85,11 +96,10 @@ def minimum_bytes(summary) -> int:
     yardstick for the traffic model (``cost.kernels``), not a cost."""
     nodes = summary.nodes
     by_index = {n.index: n for n in nodes}
-    from .cost import _is_view
 
     def source(i):
         m = by_index.get(i)
-        while m is not None and _is_view(m) and len(m.inputs) == 1:
+        while m is not None and is_view(m) and len(m.inputs) == 1:
             m = by_index.get(m.inputs[0])
         return m
     inputs: Dict[int, int] = {}
@@ -101,7 +111,7 @@ def minimum_bytes(summary) -> int:
         if m is not None and m.op != "input":
             outputs[m.index] = m.out_bytes
     for n in nodes:
-        if n.op == "input" or _is_view(n):
+        if n.op == "input" or is_view(n):
             continue
         for i, b in zip(n.inputs, n.in_bytes):
             m = source(i)
