@@ -17,10 +17,7 @@ NOTEBOOKS = pathlib.Path(__file__).resolve().parent.parent / "notebooks"
 
 
 # drifts found and not yet fixed (their notebook has another owner): reported, never silently passed
-KNOWN_DRIFT = {
-    "07.3": "notebook 07's check cell stores sync_wait_ms=0.44 where answers.START gives 0.19 "
-            "(the Gaudi clock's sync wait of the print loop; the counts agree)",
-}
+KNOWN_DRIFT: dict = {}
 
 
 def _same_process_free(text: str) -> str:

@@ -320,7 +320,7 @@ def reference_07_1():
 
 def _printing(print_freq: int, after_update: bool):
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10)).to(DEVICE)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(784, 4096), nn.ReLU(), nn.Linear(4096, 10)).to(DEVICE)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     batches = [(d.to(DEVICE), t.to(DEVICE)) for d, t in _batches(1600, 200)]
     for i, (data, target) in enumerate(batches):
