@@ -17,6 +17,7 @@ def test_host_bound_rule():
     assert len(msg) == 1
     assert msg[0].startswith("host-bound: device idle") and "HPU Graphs" in msg[0] and "seed 000" in msg[0]
     assert "compile steps left out" in msg[0]
+    assert "increase the batch size" in msg[0]                 # seed 003: the perf tool's advice
 
 
 def test_host_bound_rule_ignores_compile_steps():
@@ -44,6 +45,7 @@ def test_host_bound_with_replay_says_host_work_is_outside_the_graph():
 def test_device_bound_rule():
     msg = adv.host_or_device_bound(_quiet_loop())
     assert msg[0].startswith("device-bound: device busy") and "would not make this faster" in msg[0]
+    assert "batch size" not in msg[0]
     assert adv.host_or_device_bound([ev.OpAccumulated(0, 0, "host", 0)]) == []
 
 

@@ -5,7 +5,7 @@ Everything here is a pure function of a list of ``hpu_lab.events`` dataclasses.
 from __future__ import annotations
 
 import re
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from hpu_lab import events as ev
 
@@ -115,17 +115,8 @@ def ms(t_ns: int, t0: int) -> float:
     return (t_ns - t0) / 1e6
 
 
-def launch_steps(events: Iterable[ev.Event]) -> Dict[int, int]:
-    """launch_id -> the step in which the host launched it."""
-    return {e.launch_id: e.step for e in events if isinstance(e, ev.Launch)}
-
-
-def step_of(e: ev.Event, launches: Dict[int, int]) -> int:
-    """The step an event belongs to. A device execution belongs to the step that launched it
-    (the executor may finish it while the host is already tracing the next step)."""
-    if isinstance(e, ev.DeviceExecution):
-        return launches.get(e.launch_id, e.step)
-    return e.step
+# one definition for the views and the rule set habana_perf_tool shares (hpu_lab.perfmodel.advice)
+from hpu_lab.perfmodel.advice import launch_steps, pretty_src, step_of  # noqa: E402,F401
 
 
 # ----------------------------------------------------------------------------- the window's own steps
@@ -250,15 +241,6 @@ def short_op(op: str) -> str:
     """'aten::addmm' -> 'addmm'; 'aten::_log_softmax_backward_data' -> '_log_softmax_bwd_data'."""
     name = op.split("::", 1)[-1]
     return name.replace("backward", "bwd")
-
-
-_CELL_FILE = re.compile(r"^(?:.*/)?\d{6,}\.py:(\d+)$")     # ipykernel names cells /tmp/ipykernel_N/123456789.py
-
-
-def pretty_src(src: str) -> str:
-    """'1591153720.py:3' (a notebook cell, as ipykernel names it) -> 'cell line 3'; others unchanged."""
-    m = _CELL_FILE.match(src or "")
-    return f"cell line {m.group(1)}" if m else src
 
 
 def short_key(key: str, n: int = 8) -> str:
