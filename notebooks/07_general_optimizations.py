@@ -457,6 +457,20 @@ assert len(small_batch.of(ev.MarkStep)) == 2 * 16
 assert advice[0].startswith("host-bound") and r.verdict == "host-bound"
 
 # %% [markdown]
+# The same rules as a command, as the seed runs it: `habana_perf_tool --trace trace_example.json`. The section's events go to a trace file (the profiler's Chrome trace, on the Gaudi clock), and the command scans the file alone, in another process: it lists the metrics it reads from the trace, then its guidance. Its first line says host-bound, and the fix the seed names first: increase the batch size (section 3 measured what that buys).
+
+# %%
+from hpu_lab import profiler
+trace_file = os.path.join(tempfile.mkdtemp(), "trace_example.json")
+profiler.export_chrome_trace(trace_file, small_batch.events, device=CARD)
+tool = os.path.join(os.path.dirname(sys.executable), "habana_perf_tool")   # the venv's command (pyproject)
+out = subprocess.run([tool, "--trace", trace_file], capture_output=True, text=True, check=True).stdout
+print(out.replace(trace_file, "trace_example.json"))
+guidance = out.split("Guidance:")[1]
+assert "verdict                  host-bound" in out and "mark_steps               32" in out
+assert guidance.strip().startswith("- host-bound") and "increase the batch size" in guidance
+
+# %% [markdown]
 # ## 8. Disk caching eviction policy
 #
 # > *Disk Caching is a mechanism that can limit the number of graph compilations for both training and inference workloads … the PyTorch bridge iterates over recipes in cache and removes the oldest recipes (by creation date on file system) first until the total size is under the limit.*
@@ -1001,4 +1015,4 @@ lab.check("07.4", my_run_4, answer_4)
 # - [Model Optimization Checklist](https://docs.habana.ai/en/latest/PyTorch/Model_Optimization_PyTorch/Optimization_Getting_Started.html).
 # - [Intel Gaudi PyTorch Python API](https://docs.habana.ai/en/latest/PyTorch/Python_Packages.html): `hpex.kernels.FusedSDPA`, `hpex.optimizers`.
 # - [Runtime Environment Variables](https://docs.habana.ai/en/latest/PyTorch/Reference/Runtime_Flags.html): `PT_HPU_RECIPE_CACHE_CONFIG`, `LOG_LEVEL_PT_FALLBACK`.
-# - [Profiling](https://docs.habana.ai/en/latest/Profiling/index.html): the perf tool and TensorBoard plugin that section 7's advisor stands in for.
+# - [Profiling](https://docs.habana.ai/en/latest/Profiling/index.html): the perf tool and TensorBoard plugin; section 7 runs hpu_lab's `habana_perf_tool` on a trace.
