@@ -12,6 +12,7 @@
 # **What you'll do**
 # - write one training script and launch it on two emulated cards with `torchrun`;
 # - count the all-reduces of DDP for two bucket sizes, and of Optimum Habana's `fast_ddp`;
+# - count what `static_graph=True` saves against `find_unused_parameters=True` for a model with an unused parameter;
 # - run tensor-parallel inference in an HPU Graph, without and with `PT_HPU_ENABLE_LAZY_COLLECTIVES`.
 #
 # **What you'll learn**
@@ -45,7 +46,7 @@ widgets.set_clock("gaudi", CARD)
 
 # %%
 # %%writefile {workdir}/multicard.py
-import gc, json, sys
+import gc, hashlib, json, sys
 import torch, torch.nn as nn, torch.nn.functional as F
 import torch.distributed as dist
 import hpu_lab.compat
@@ -134,6 +135,63 @@ def collectives(pictures="no"):                        # steady steps, timed on 
     report(ddp_50KB=steady("ddp_50KB", "ddp", bucket_cap_mb=0.05),
            ddp_50KB_grad_view=steady("ddp_50KB_grad_view", "ddp", bucket_cap_mb=0.05, gradient_as_bucket_view=True),
            fast_ddp=steady("fast_ddp", "fast_ddp", fusion_buffer_dtype=torch.float32))
+
+
+class WithSpare(nn.Module):                            # a parameter the forward never uses
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.body = nn.Sequential(nn.Linear(32, 128), nn.ReLU(), nn.Linear(128, 10))
+        self.spare = nn.Linear(128, 10)                # e.g. a head this task does not use
+
+    def forward(self, x):
+        return self.body(x)
+
+
+def unused(steps=7, warmup=3):                         # find_unused_parameters=True against static_graph=True
+    def run(**kw):
+        gc.collect()
+        model = WithSpare().to("hpu")
+        net = nn.parallel.DistributedDataParallel(model, **kw)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        map_bytes = 4 * len(list(model.parameters()))  # the reducer's used-parameter map: one int32 a parameter
+        g = torch.Generator().manual_seed(1234 + rank)
+        all_reduces, map_copies, syncs, warm = [], [], [], []
+        for i in range(steps):
+            x, y = torch.randn(8, 32, generator=g), torch.randint(0, 10, (8,), generator=g)
+            with ev.Collector() as c:
+                opt.zero_grad()
+                F.cross_entropy(net(x.to("hpu")), y.to("hpu")).backward()
+                opt.step()
+                htcore.mark_step()
+                torch.hpu.synchronize()
+            all_reduces.append(sum(e.op == "all_reduce" for e in c.of(ev.Collective)))
+            map_copies.append(sum(e.nbytes == map_bytes for e in c.of(ev.HostToDevice) + c.of(ev.DeviceToHost)))
+            syncs.append(sum(e.reason != "torch.hpu.synchronize()" for e in c.of(ev.HostSync)))   # not ours
+            if i >= warmup:
+                warm += c.events
+        step_us = lab.step_times_of(warm, steps=steps - warmup, card="gaudi2").wall_ms * 1e3
+        return {"all_reduce_per_step": all_reduces, "map_copies_per_step": map_copies,
+                "host_syncs_per_step": syncs, "step_us": round(step_us, 1), "map_bytes": map_bytes,
+                "weights": [p.detach().cpu() for p in model.parameters()]}
+
+    def cpu_reference():                               # one model, both cards' batches, gradients averaged
+        model = WithSpare()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        gs = [torch.Generator().manual_seed(1234 + r) for r in range(world_size)]
+        for i in range(steps):
+            batches = [(torch.randn(8, 32, generator=g), torch.randint(0, 10, (8,), generator=g)) for g in gs]
+            opt.zero_grad()
+            (sum(F.cross_entropy(model(x), y) for x, y in batches) / world_size).backward()
+            opt.step()
+        return [p.detach() for p in model.parameters()]
+
+    runs, ref = {"find_unused": run(find_unused_parameters=True), "static_graph": run(static_graph=True)}, cpu_reference()
+    for r in runs.values():                            # the weights as a digest: one short line a card (a pipe
+        w = r.pop("weights")                           # write over 64 KB could interleave with the other card's)
+        r["weights_sha256"] = hashlib.sha256(b"".join(t.numpy().tobytes() for t in w)).hexdigest()
+        r["max_diff_vs_cpu"] = max((a - b).abs().max().item() for a, b in zip(w, ref))
+    report(**runs)
 
 
 class RowParallelLinear(nn.Module):                    # tensor parallelism: each card holds half the inputs
@@ -333,6 +391,54 @@ for name, res in (("gloo on the host (default)", eager_transport), ("lazy collec
 # Lazy collectives take the host's waits away, yet the step is only about 5% shorter: the device has little to do, so each wait was short, and the host's own work is most of the step. This small MLP's step is host-bound, so what decides is the host's work per step: DDP's hooks, its copies into and out of the buckets (16 per step here) and three collectives, against fast_ddp's one buffer and one all-reduce. Bucket views take the copies away and recover part of the difference. "Usually": for a device-bound model whose all-reduces hide under the backward pass, DDP's overlap of early buckets with the rest of the backward can win back what its host work costs.
 
 # %% [markdown]
+# ### A parameter the forward does not use: `find_unused_parameters` against `static_graph`
+#
+# > *HPUParallelStrategy ... supports ... static_graph. By setting static_graph when instantiating the Trainer, allreduce on unused parameters in the graph can be avoided. This also avoids overhead of copying them from host to device and vice versa after performing the allreduce.* (seed 003)
+#
+# A model with a head its forward never uses (`spare`, 1 290 of its 6 804 parameters). Plain DDP would wait for that head's gradient forever, so it needs `find_unused_parameters=True` (torch re-finds the unused parameters every step) or `static_graph=True` (torch learns them in the first step and trusts that the graph does not change). Lightning's `HPUParallelStrategy(static_graph=True)` passes the second to DDP. 7 steps on two cards, the last 4 timed, launched with `PT_HPU_ENABLE_LAZY_COLLECTIVES=true` so the collectives run on the device's stream as on a Gaudi (the default transport adds the emulator's own waits, above). Counted per step: all-reduces, copies of the reducer's *used-parameter map* (one int32 a parameter, 24 bytes) between host and device, and host syncs other than the script's own `synchronize()`:
+#
+# **Fidelity note.** The counts are what torch's reducer (C++, unchanged) did on the emulated device. The step times are the Gaudi clock's host and device lanes, modeled for Gaudi 2 from its documented constants (`docs/gaudi_clock.md`); card 0's. Nothing here is measured wall time.
+
+# %%
+spare = launch("unused", PT_HPU_ENABLE_LAZY_COLLECTIVES="true")
+for k in ("find_unused", "static_graph"):
+    r = spare[0][k]
+    print(f"{k:13s} all-reduces {r['all_reduce_per_step']}, map copies {r['map_copies_per_step']}, "
+          f"host syncs {r['host_syncs_per_step']}, steady step {r['step_us']:.0f} µs")
+
+# %% [markdown]
+# `find_unused_parameters=True`, every step: after the last gradient bucket the reducer copies its map of the parameters this card used to the device (through a pinned host buffer), all-reduces it (the second, 24-byte all-reduce), and, because `spare` was unused here, waits for that all-reduce and copies the map back to the host to learn whether some other card used it (the host sync: a blocking device-to-host copy). `static_graph=True` does that once, in the first step, and keeps the answer: from the second step on, one all-reduce and no map traffic. Its third step's extra host syncs are DDP rebuilding its buckets in the order the gradients arrived (two broadcasts of the new order from card 0), once; `find_unused_parameters=True` never rebuilds them.
+
+# %%
+fu, sg = spare[0]["find_unused"], spare[0]["static_graph"]
+steady = slice(3, None)                                                  # after the first step and the rebuild
+assert fu["all_reduce_per_step"] == [2] * 7 and fu["map_copies_per_step"] == [2] * 7   # gradients + map; there and back
+assert fu["host_syncs_per_step"] == [1] * 7                               # the blocking copy back
+assert sg["all_reduce_per_step"][0] == 2 and sg["map_copies_per_step"][0] == 2         # the first step learns the map
+assert sg["all_reduce_per_step"][steady] == [1] * 4                       # then only the gradient bucket
+assert sg["map_copies_per_step"][1:] == [0] * 6 and sg["host_syncs_per_step"][steady] == [0] * 4
+
+# %% [markdown]
+# "Allreduce on unused parameters ... can be avoided" is true of the map, not of `spare`'s gradient: both runs all-reduce one gradient bucket of the same size, and it still holds `spare`'s 1 290 (zero) gradients; DDP's buckets are laid out once and do not shrink. What `static_graph` removes is the map's all-reduce and its host↔device copies, as the seed's second sentence says. The training is the same: both runs end with the same weights as each other, on both cards, and as one CPU model trained on both cards' batches:
+
+# %%
+print("max |weight - CPU|: find_unused", fu["max_diff_vs_cpu"], "| static_graph", sg["max_diff_vs_cpu"])
+assert fu["weights_sha256"] == sg["weights_sha256"]                       # bitwise, the same sums
+assert all(r[k]["weights_sha256"] == sg["weights_sha256"] for r in spare.values() for k in ("find_unused", "static_graph"))
+assert all(r[k]["max_diff_vs_cpu"] <= 1e-6 for r in spare.values() for k in ("find_unused", "static_graph"))
+
+# %% [markdown]
+# And the time on Gaudi 2's clock, the 4 steady steps:
+
+# %%
+print(f"steady step: find_unused_parameters {fu['step_us']:.0f} µs, static_graph {sg['step_us']:.0f} µs "
+      f"({1 - sg['step_us'] / fu['step_us']:.0%} shorter)")
+assert sg["step_us"] < fu["step_us"]
+
+# %% [markdown]
+# About 6%: what `static_graph` saves each step is host work (two 24-byte copies, one all-reduce call, and a blocking wait for it) on a small step that is mostly the host's tracing already (section 3). The bigger the model, the smaller that fixed cost is against the step; but the blocking wait also keeps the host from tracing ahead of the device, which costs more when the device has a long backward queued. What the clock does not count is torch's search of the autograd graph for unused parameters, which `find_unused_parameters=True` runs on the host after every forward (C++ in the reducer, not an op on the device, so not on the host lane here): on a Gaudi that is a further cost `static_graph` removes.
+
+# %% [markdown]
 # ## 4. Multi-card inference with HPU Graphs
 #
 # > *Multi-card support for inference (DeepSpeed) using HPU Graphs is applicable only with `PT_HPU_ENABLE_LAZY_COLLECTIVES=true`.*
@@ -355,6 +461,8 @@ assert all(r["error"] is None and r["captures"] == 1 and r["replays"] == 3 and r
 # - `dist.init_process_group("hccl")` under `torchrun` gives one process per card; DDP runs unchanged on top.
 # - DDP all-reduces gradients bucket by bucket: `bucket_cap_mb` sets how many all-reduces a step makes (the seed's
 #   100 MB for ResNet50, 200 MB for ResNext101); `gradient_as_bucket_view=True` saves one copy of the gradients.
+# - A parameter the forward skips needs `find_unused_parameters=True` (the used-parameter map all-reduced, copied to the
+#   device and back, and a host sync, every step) or `static_graph=True` (all that once, in the first step).
 # - `fast_ddp` makes one all-reduce of one fused buffer per step; on this host-bound step it is about 1.5x faster than DDP on Gaudi 2's clock.
 # - On a Gaudi a collective is queued on a device stream; this emulator's default transport (gloo) makes the host wait for it, `PT_HPU_ENABLE_LAZY_COLLECTIVES=true` does not.
 # - A collective inside an HPU Graph must be part of the graph: that is what `PT_HPU_ENABLE_LAZY_COLLECTIVES=true` does.
