@@ -58,6 +58,7 @@ from hpu_lab.metrics import metric_localcontext
 from hpu_lab import events as ev
 from hpu_lab import lab                                # lab.step_times_of: the Gaudi clock's step times
 import widgets                                         # records a run's events and draws its timeline
+from widgets.static import png_bytes
 
 world_size, rank, local_rank = initialize_distributed_hpu()   # reads torchrun's variables
 dist.init_process_group("hccl", rank=rank, world_size=world_size)
@@ -116,8 +117,9 @@ def train(mode, steps=3, warmup=1, **kw):
 def timeline(name, run):                               # run(), and this card's timeline of it as a PNG
     with widgets.section(f"card {rank}: {name}", display=False) as s:
         result = run()
-    # the last two steps: warm (the first steps compile)
-    s.timeline(step_range=(-2, -1)).savefig(f"timeline_{name}_card{rank}.png", dpi=100)
+    # the last two steps: warm (the first steps compile); a palette PNG, as panels store theirs
+    with open(f"timeline_{name}_card{rank}.png", "wb") as f:
+        f.write(png_bytes(s.timeline(step_range=(-2, -1))))
     return result
 
 
