@@ -19,7 +19,7 @@ TORCH  := torch==2.13.0
 # Tools run from the venv (jupyter, and anything the tests start) must come first on PATH.
 # OpenMP's idle workers sleep instead of spinning: three kernel-running threads (the user's, the
 # device's, autograd's) each have a team, and spinning ones took the cores the emulator needs
-# (hpu_lab/omp.py). A value set by the user is kept.
+# (hpu_lab/util/omp.py). A value set by the user is kept.
 OMP_WAIT_POLICY ?= PASSIVE
 RUN    := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" VIRTUAL_ENV="$(CURDIR)/$(VENV)" OMP_WAIT_POLICY=$(OMP_WAIT_POLICY)
 # Extra pytest arguments, e.g. make test PYTEST_ARGS='-m "not browser" -x'
@@ -162,7 +162,7 @@ client-suites: setup
 # float32, bfloat16 and with gradients, lazy and eager; then random programs of both kinds (tensor
 # programs; module programs: BatchNorm/dropout/RNN modules, discarded outputs, statistics read
 # mid-step, save/load round trips), shrunk when they fail; then the mutation audit (which aten ops
-# write arguments their schema does not declare: hpu_lab/ops.py HIDDEN_WRITES must list them).
+# write arguments their schema does not declare: hpu_lab/ops/__init__.py HIDDEN_WRITES must list them).
 # FUZZ_ARGS / PROGRAMS narrow it, e.g. make fuzz FUZZ_ARGS='f32-lazy --per-op 3' PROGRAMS=50;
 # FUZZ_ARGS='grad-eager --shard 2/4' runs the second of four interleaved parts of the ops (in pieces).
 FUZZ_ARGS ?=

@@ -31,10 +31,10 @@ import torch.nn.functional as F
 import hpu_lab                        # registers the "hpu" device with PyTorch
 import hpu_lab.core as htcore         # mark_step(), as habana_frameworks.torch.core
 from hpu_lab import events as ev      # what the emulated device did, as events
-from hpu_lab.metrics import metric_global
+from hpu_lab.observe.metrics import metric_global
 from collections import Counter
 import matplotlib.pyplot as plt
-from hpu_lab.data import MNISTLike
+from hpu_lab.lab.data import MNISTLike
 import widgets                        # the panel and other views (reads the events)
 # %load_ext widgets
 torch.manual_seed(0)                  # every run of the notebook draws the same numbers
@@ -187,7 +187,7 @@ assert max(compiles_per_step) <= 2        # after the first steps, every graph i
 # **Eager mode** (`PT_HPU_LAZY_MODE=0`): every op is its own tiny graph, launched at once. The bridge reads this variable once, before `import habana_frameworks.torch` (seed 004: *"This flag needs to be set before invoking a Python script importing HPU"*), so on a Gaudi eager mode is another process, not a switch. Here too: the epoch runs as a small script, `notebooks/scripts/eager_epoch.py` (open it beside this notebook), in a fresh Python process with the variable set before its imports, and prints what it counted as JSON.
 
 # %%
-from hpu_lab.fresh import run_fresh   # hpu_lab/fresh.py: run a script in a new process, env set first
+from hpu_lab.lab.fresh import run_fresh   # hpu_lab/lab/fresh.py: run a script in a new process, env set first
 
 EAGER_EPOCH = open("scripts/eager_epoch.py").read()      # notebooks/scripts/eager_epoch.py: open it, edit it
 eager = run_fresh(EAGER_EPOCH, PT_HPU_LAZY_MODE="0")

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 import hpu_lab                        # registers the "hpu" device with PyTorch
 import hpu_lab.core as htcore         # mark_step(), as habana_frameworks.torch.core
 from hpu_lab import events as ev      # what the emulated device did, as events
-from hpu_lab.metrics import metric_global
+from hpu_lab.observe.metrics import metric_global
 from collections import Counter
 import widgets                        # the panel and other views (reads the events)
 # %load_ext widgets
@@ -67,7 +67,7 @@ htcore.mark_step()                        # launch the three random inputs first
 # Eager mode is chosen with `PT_HPU_LAZY_MODE=0`, and the bridge reads it once: *"This flag needs to be set before invoking a Python script importing HPU … since Eager mode uses a separate backend library and replaces Lazy backend."* So each experiment in another mode below is a small script run in a **fresh Python process**, with the variable set before its imports; the script prints its counts as JSON, and this notebook (in lazy mode throughout) parses and checks them. The scripts are files in `notebooks/scripts/`, `theory_*.py`: open them beside this notebook, change them, re-run the cell. `theory_prelude.py` holds what they share: section 1's forward pass and its inputs.
 
 # %%
-from hpu_lab.fresh import run_fresh   # hpu_lab/fresh.py: run a script in a new process, env set first
+from hpu_lab.lab.fresh import run_fresh   # hpu_lab/lab/fresh.py: run a script in a new process, env set first
 
 from pathlib import Path
 SCRIPTS = Path("scripts")            # notebooks/scripts/theory_*.py: open them beside this notebook, edit, re-run
@@ -649,7 +649,7 @@ assert casts and {"bfloat16"} <= {n.dtype for n in casts}
 # The `hccl` backend, DDP and fast_ddp are the subject of notebook 08. The media loader (`habana_dataloader`) "falls back to the native torch data loader if the provided parameters are not supported"; in this lab the native `torch.utils.data.DataLoader` is what you use:
 
 # %%
-from hpu_lab.data import MNISTLike
+from hpu_lab.lab.data import MNISTLike
 loader = torch.utils.data.DataLoader(MNISTLike(train=True), batch_size=200, num_workers=0, drop_last=True)
 data, target = next(iter(loader))
 print(tuple(data.shape), data.dtype, tuple(target.shape), target.dtype)

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 import hpu_lab                        # registers the "hpu" device with PyTorch
 import hpu_lab.core as htcore         # mark_step(), as habana_frameworks.torch.core
 from hpu_lab import events as ev      # what the emulated device did, as events
-from hpu_lab.metrics import metric_global
+from hpu_lab.observe.metrics import metric_global
 from collections import Counter
 import widgets                        # the panel and other views (reads the events)
 # %load_ext widgets
@@ -53,7 +53,7 @@ class Net(nn.Module):                 # the model of seed 000, verbatim
         output = F.log_softmax(x, dim=1)
         return output
 
-from hpu_lab.data import MNISTLike
+from hpu_lab.lab.data import MNISTLike
 train_loader = torch.utils.data.DataLoader(MNISTLike(train=True), batch_size=200)
 torch.manual_seed(0)
 model = Net().to("hpu")

@@ -27,9 +27,9 @@ import torch.nn.functional as F
 import hpu_lab                        # registers the "hpu" device with PyTorch
 import hpu_lab.core as htcore         # mark_step(), as habana_frameworks.torch.core
 from hpu_lab import events as ev      # what the emulated device did, as events
-from hpu_lab.metrics import metric_global
+from hpu_lab.observe.metrics import metric_global
 from collections import Counter
-from hpu_lab.data import MNISTLike
+from hpu_lab.lab.data import MNISTLike
 import hpu_lab.perfmodel as pm        # the Gaudi clock (docs/gaudi_clock.md)
 from hpu_lab import lab               # step times, checkable exercises (docs/lab.md)
 import widgets                        # the panel and other views (reads the events)
@@ -191,7 +191,7 @@ assert model.module_cacher.num_graphs == 2 and len(captures) == 4    # 2 shapes 
 # The bridge reads `PT_HPU_LAZY_MODE` once, before `import habana_frameworks.torch`, so eager mode is another process: a short script, run in a fresh Python process with `PT_HPU_LAZY_MODE=0` set before its imports, tries to create an HPU Graph and prints what happened as JSON.
 
 # %%
-from hpu_lab.fresh import run_fresh   # hpu_lab/fresh.py: run a script in a new process, env set first
+from hpu_lab.lab.fresh import run_fresh   # hpu_lab/lab/fresh.py: run a script in a new process, env set first
 
 GRAPH_IN_EAGER = """
 import json, hpu_lab, hpu_lab.core as htcore
@@ -706,7 +706,7 @@ assert est16.host_ns > fp32_lazy.host_ns / n_wide
 
 # %%
 import json, os, tempfile
-from hpu_lab import profiler
+from hpu_lab.observe import profiler
 path = profiler.export_chrome_trace(os.path.join(tempfile.mkdtemp(), "lazy_epoch.json"), lazy.events)
 trace = json.load(open(path))["traceEvents"]
 lanes = sorted({e["args"]["name"] for e in trace if e.get("name") == "thread_name"})

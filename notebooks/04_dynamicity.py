@@ -30,11 +30,11 @@ import torch.nn.functional as F
 import hpu_lab                        # registers the "hpu" device with PyTorch
 import hpu_lab.core as htcore         # mark_step(), as habana_frameworks.torch.core
 from hpu_lab import events as ev      # what the emulated device did, as events
-from hpu_lab.metrics import metric_global
+from hpu_lab.observe.metrics import metric_global
 from collections import Counter
 import random
 import itertools
-from hpu_lab.data import MNISTLike
+from hpu_lab.lab.data import MNISTLike
 from hpu_lab import lab               # checkable exercises (docs/lab.md)
 import widgets                        # the panel and other views (reads the events)
 # %load_ext widgets

@@ -29,12 +29,12 @@ import torch.nn.functional as F
 import hpu_lab                        # registers the "hpu" device with PyTorch
 import hpu_lab.core as htcore         # mark_step(), as habana_frameworks.torch.core
 from hpu_lab import events as ev      # what the emulated device did, as events
-from hpu_lab.metrics import metric_global
+from hpu_lab.observe.metrics import metric_global
 from collections import Counter
 import hpu_lab.compat
 hpu_lab.compat.enable_habana_imports()
 import habana_frameworks.torch as ht          # ht.hpu is torch.hpu
-from hpu_lab.data import MNISTLike
+from hpu_lab.lab.data import MNISTLike
 from hpu_lab import lab               # checkable exercises (docs/lab.md)
 import widgets                        # the panel and other views (reads the events)
 # %load_ext widgets

@@ -25,10 +25,10 @@ import torch.nn.functional as F
 import hpu_lab                        # registers the "hpu" device with PyTorch
 import hpu_lab.core as htcore         # mark_step(), as habana_frameworks.torch.core
 from hpu_lab import events as ev      # what the emulated device did, as events
-from hpu_lab.metrics import metric_global
+from hpu_lab.observe.metrics import metric_global
 from collections import Counter
 import itertools, time, os, tempfile
-from hpu_lab.data import MNISTLike
+from hpu_lab.lab.data import MNISTLike
 import hpu_lab.perfmodel as pm        # the Gaudi clock (docs/gaudi_clock.md)
 from hpu_lab import lab              # step_times, compare, check (docs/lab.md)
 import widgets                        # the panel and other views (reads the events)
@@ -83,7 +83,7 @@ def train_epoch(model, optimizer, loader):
 # `use_lazy_mode=False` means eager mode, which the bridge chooses once, from `PT_HPU_LAZY_MODE` read before `import habana_frameworks.torch` (seed 004: *"This flag needs to be set before invoking a Python script importing HPU"*). On a Gaudi the two modes are two processes, not a switch, and so they are here: the same two training steps run as a small script, `notebooks/scripts/two_steps.py` (open it beside this notebook), in a fresh Python process for each mode, with the variable set before its imports; the script prints what it counted as JSON.
 
 # %%
-from hpu_lab.fresh import run_fresh   # hpu_lab/fresh.py: run a script in a new process, env set first
+from hpu_lab.lab.fresh import run_fresh   # hpu_lab/lab/fresh.py: run a script in a new process, env set first
 
 TWO_STEPS = open("scripts/two_steps.py").read()      # notebooks/scripts/two_steps.py: open it, edit it
 modes = {flag: run_fresh(TWO_STEPS, PT_HPU_LAZY_MODE=flag) for flag in ("0", "1")}

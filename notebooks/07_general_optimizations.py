@@ -24,10 +24,10 @@ import torch.nn.functional as F
 import hpu_lab                        # registers the "hpu" device with PyTorch
 import hpu_lab.core as htcore         # mark_step(), as habana_frameworks.torch.core
 from hpu_lab import events as ev      # what the emulated device did, as events
-from hpu_lab.metrics import metric_global
+from hpu_lab.observe.metrics import metric_global
 from collections import Counter
 import time, os, re, sys, json, subprocess, tempfile
-from hpu_lab.data import MNISTLike
+from hpu_lab.lab.data import MNISTLike
 import hpu_lab.perfmodel as pm        # the Gaudi clock (docs/gaudi_clock.md)
 from hpu_lab import lab              # step_times, compare, check (docs/lab.md)
 import widgets                        # the panel and other views (reads the events)
@@ -78,11 +78,11 @@ htcore.mark_step()
 assert [e.op for e in fb.of(ev.CPUFallback)] == ["aten::digamma"] * 2
 
 # %% [markdown]
-# At exit the bridge prints how often each op ran on the CPU; `hpu_lab.fallback.frequency_table()` gives the table now, and the `cpu_fallback` metric counts the same:
+# At exit the bridge prints how often each op ran on the CPU; `hpu_lab.dispatch.fallback.frequency_table()` gives the table now, and the `cpu_fallback` metric counts the same:
 
 # %%
 # claim M1
-from hpu_lab import fallback
+from hpu_lab.dispatch import fallback
 print(fallback.frequency_table())
 print(dict(metric_global("cpu_fallback").stats()))
 assert "aten::digamma" in fallback.frequency_table()
@@ -460,7 +460,7 @@ assert advice[0].startswith("host-bound") and r.verdict == "host-bound"
 # The same rules as a command, as the seed runs it: `habana_perf_tool --trace trace_example.json`. The section's events go to a trace file (the profiler's Chrome trace, on the Gaudi clock), and the command scans the file alone, in another process: it lists the metrics it reads from the trace, then its guidance. Its first line says host-bound, and the fix the seed names first: increase the batch size (section 3 measured what that buys).
 
 # %%
-from hpu_lab import profiler
+from hpu_lab.observe import profiler
 trace_file = os.path.join(tempfile.mkdtemp(), "trace_example.json")
 profiler.export_chrome_trace(trace_file, small_batch.events, device=CARD)
 tool = os.path.join(os.path.dirname(sys.executable), "habana_perf_tool")   # the venv's command (pyproject)

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 import hpu_lab                        # registers the "hpu" device with PyTorch
 import hpu_lab.core as htcore         # mark_step(), as habana_frameworks.torch.core
 from hpu_lab import events as ev      # what the emulated device did, as events
-from hpu_lab.metrics import metric_global
+from hpu_lab.observe.metrics import metric_global
 from collections import Counter
 import os, sys, json, socket, subprocess, tempfile
 workdir = tempfile.mkdtemp()
@@ -54,7 +54,7 @@ hpu_lab.compat.enable_habana_imports()                 # the Gaudi spelling of t
 import habana_frameworks.torch.core as htcore
 from habana_frameworks.torch.distributed.hccl import initialize_distributed_hpu
 from hpu_lab.distributed.fast_ddp import all_reduce_gradients
-from hpu_lab.metrics import metric_localcontext
+from hpu_lab.observe.metrics import metric_localcontext
 from hpu_lab import events as ev
 from hpu_lab import lab                                # lab.step_times_of: the Gaudi clock's step times
 import widgets                                         # records a run's events and draws its timeline

@@ -6,7 +6,8 @@ import torch
 
 import hpu_lab
 import hpu_lab.core as htcore
-from hpu_lab import config, events, metrics
+from hpu_lab import config, events
+from hpu_lab.observe import metrics
 
 
 def pytest_collection_modifyitems(config, items):

@@ -6,8 +6,8 @@ import os
 
 import torch
 
-from hpu_lab import metrics
-from hpu_lab.examples import Net, train_step
+from hpu_lab.observe import metrics
+from hpu_lab.lab.examples import Net, train_step
 from hpu_lab.perfmodel import record_steps
 
 

@@ -1,7 +1,7 @@
 """An in-place op reading another view of the memory it writes gives CPU's result (random program
 482): CPU's kernel walks memory in order, so later elements read already-updated ones; hpu_lab's
 functional in-place read the old values everywhere (8 of 12 elements differed, silently). The
-implementation is hpu_lab/aliasing.py; these cases come from a second, independent reading of the bug."""
+implementation is hpu_lab/lazy/aliasing.py; these cases come from a second, independent reading of the bug."""
 import pytest
 import torch
 
@@ -20,7 +20,7 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("on_cpu", [False, True], ids=["", "on-cpu"])   # the CPU fallback (host_ops.py)
+@pytest.mark.parametrize("on_cpu", [False, True], ids=["", "on-cpu"])   # the CPU fallback (dispatch/host_ops.py)
 @pytest.mark.parametrize("lazy", ["1", "0"])
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_overlapping_read_gives_cpus_result_or_error(case, lazy, on_cpu):

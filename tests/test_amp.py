@@ -10,7 +10,8 @@ import torch
 import torch.nn.functional as F
 
 import hpu_lab.core as htcore
-from hpu_lab import amp, config, events
+from hpu_lab.kernels import amp
+from hpu_lab import config, events
 
 BF16, FP32 = torch.bfloat16, torch.float32
 

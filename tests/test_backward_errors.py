@@ -1,5 +1,5 @@
 """Errors of hpu ops inside backward() are raised as themselves; they used to abort the process
-(hpu_lab/backward_errors.py). Each case runs in a fresh process, so a regression cannot kill pytest."""
+(hpu_lab/kernels/backward_errors.py). Each case runs in a fresh process, so a regression cannot kill pytest."""
 import os
 import subprocess
 import sys
@@ -38,7 +38,8 @@ def test_refused_cpu_fallback_in_a_builtin_backward_is_a_clear_error():
 def test_an_op_error_inside_a_builtin_backward_node():
     out = _run("""
         import torch, hpu_lab
-        from hpu_lab import backward_errors, tensor as T
+        from hpu_lab.kernels import backward_errors
+        from hpu_lab import tensor as T
         inner = T._dispatch.inner
         def failing(func, args, kwargs):
             if func is torch.ops.aten.cos.default:
@@ -66,7 +67,8 @@ def test_exit_after_a_failed_backward_waits_for_the_autograd_worker():
     # _drain_workers runs at exit: it must complete a backward on the worker and run no hpu op.
     out = _run("""
         import torch, hpu_lab
-        from hpu_lab import backward_errors, lazy
+        from hpu_lab.kernels import backward_errors
+        from hpu_lab import lazy
         x = torch.rand(3).to("hpu").requires_grad_()
         x.sin().sum().backward()
         before = lazy.S.pg.next_index

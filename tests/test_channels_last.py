@@ -1,6 +1,6 @@
 """channels_last on hpu: every op a conv net runs gives CPU's output layout (strides) and values, forward
 and backward, float32 and bfloat16, lazy and eager. Convolution's Meta kernel said contiguous where
-CPU's kernel returns channels-last (hpu_lab/meta_fixes.py)."""
+CPU's kernel returns channels-last (hpu_lab/ops/meta_fixes.py)."""
 import pytest
 import torch
 import torch.nn as nn
@@ -95,9 +95,9 @@ def test_channels_last_conv_net_trains_with_cpus_layouts_and_values(dtype, mode)
 
 def test_compiled_convolution_output_layout_is_cpus(mode):
     # torch.compile traces with FakeTensors on device "hpu": torch's fake convolution asked the backend
-    # choice of that device (contiguous); it now takes CPU's (meta_fixes.py). (Elementwise results on
+    # choice of that device (contiguous); it now takes CPU's (ops/meta_fixes.py). (Elementwise results on
     # "hpu" FakeTensors are contiguous by torch's own choice for Intel's device:
-    # torch._refs.is_noncontiguous_supported; meta_fixes.py says so.)
+    # torch._refs.is_noncontiguous_supported; ops/meta_fixes.py says so.)
     torch.manual_seed(0)
     conv = nn.Conv2d(3, 4, 3).to(memory_format=CL)
     x = torch.randn(2, 3, 8, 8).contiguous(memory_format=CL)

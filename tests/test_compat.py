@@ -25,12 +25,12 @@ def test_core_and_hpu_modules(habana):
 
     assert htcore is hpu_lab.core and ht.core is htcore
     assert ht.hpu is torch.hpu is hthpu is htcore.hpu
-    assert met is hpu_lab.metrics
+    assert met is hpu_lab.observe.metrics
     assert ht.hpu.HPUGraph is hpu_lab.graphs.HPUGraph and ht.hpu.wrap_in_hpu_graph is hpu_lab.graphs.wrap_in_hpu_graph
     load_habana_module()
     # aliasing leaves hpu_lab's own modules as they were
     assert hpu_lab.core.__spec__.name == "hpu_lab.core" and hpu_lab.core.__path__ == hpu_lab.core.__spec__.submodule_search_locations
-    assert hpu_lab.metrics.__spec__.name == "hpu_lab.metrics" and not hasattr(hpu_lab.metrics, "__path__")
+    assert hpu_lab.observe.metrics.__spec__.name == "hpu_lab.observe.metrics" and not hasattr(hpu_lab.observe.metrics, "__path__")
 
 
 def _fresh(code, tmp_path, env=None):
@@ -65,7 +65,7 @@ def test_hpu_submodules_are_the_real_packages_layout(habana):
     import habana_frameworks.torch.core.weight_sharing as ws
     assert random.manual_seed_all is torch.hpu.manual_seed_all and memory.memory_stats is torch.hpu.memory_stats
     assert graphs.HPUGraph is torch.hpu.HPUGraph and streams.Stream is torch.hpu.Stream
-    assert events.Event is torch.hpu.Event and metrics is hpu_lab.metrics and callable(ws.enable_weight_sharing)
+    assert events.Event is torch.hpu.Event and metrics is hpu_lab.observe.metrics and callable(ws.enable_weight_sharing)
 
 
 @pytest.mark.parametrize("name", ["kernels", "optimizers", "normalization", "hmp"])

@@ -14,7 +14,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 import hpu_lab.core as htcore
-from hpu_lab.torch_profiler import HPU_PID
+from hpu_lab.observe.torch_profiler import HPU_PID
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -7,7 +7,8 @@ import torch
 
 import hpu_lab
 import hpu_lab.core as htcore
-from hpu_lab import events, pinned
+from hpu_lab import events
+from hpu_lab.runtime import pinned
 from hpu_lab.runtime import executor
 
 from helpers import cyclic_garbage

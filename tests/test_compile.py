@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 import hpu_lab  # noqa: F401  (registers hpu_backend)
 from hpu_lab import config, events as ev, lazy
-from hpu_lab.examples import Net         # seed 000's MNIST model
+from hpu_lab.lab.examples import Net         # seed 000's MNIST model
 from hpu_lab.tensor import HPUTensor
 
 from helpers import counts

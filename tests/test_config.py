@@ -161,7 +161,7 @@ def test_a_recipe_cache_path_under_a_regular_file_is_refused(tmp_path):
 
 
 def test_a_cache_folder_that_becomes_unusable_turns_the_cache_off_and_runs_on(tmp_path):
-    from hpu_lab import disk_cache
+    from hpu_lab.compiler import disk_cache
     import hpu_lab.core as htcore
     d = tmp_path / "later_a_file"
     config.set(PT_HPU_RECIPE_CACHE_CONFIG=f"{d},false,10")           # fine when read...
@@ -201,7 +201,7 @@ def test_metrics_file_json_at_every_trigger(tmp_path):
     by = {}
     for r in recs:
         by.setdefault(r["triggered_by"], []).append(r)
-    names = set(hpu_lab.metrics.names())
+    names = set(hpu_lab.observe.metrics.names())
     assert {r["metric_name"] for r in by["process_exit"]} == names
     assert len(by["mark_step"]) == 2 * len(names)           # every metric after each mark_step
     last = {r["metric_name"]: r["statistics"] for r in by["process_exit"]}
@@ -215,7 +215,7 @@ def test_metrics_file_text_default_trigger_and_unique_names(tmp_path):
     for _ in range(2):
         _metrics_run(tmp_path, PT_HPU_METRICS_FILE=str(path), PT_HPU_METRICS_FILE_FORMAT="text")
     first, second = path.read_text(), (tmp_path / "m.txt.1").read_text()   # never overwritten
-    assert first.count("Triggered by: process_exit") == len(hpu_lab.metrics.names())
+    assert first.count("Triggered by: process_exit") == len(hpu_lab.observe.metrics.names())
     assert "Metric name: mark_step\nTriggered by: process_exit\nGenerated on: " in second
     assert "Statistics:\n\tTotalNumber: 2\n" in first
 

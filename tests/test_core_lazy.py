@@ -5,7 +5,7 @@ import hpu_lab  # noqa: F401
 import hpu_lab.core as htcore
 from hpu_lab import events as ev
 from hpu_lab import lazy
-from hpu_lab.examples import Net, train_step      # seed 000
+from hpu_lab.lab.examples import Net, train_step      # seed 000
 
 from helpers import counts, cyclic_garbage
 
@@ -180,7 +180,7 @@ def test_launched_graphs_are_freed_by_reference_counting():
     collector, a loop's device buffers piled up and were freed all at once in the middle of the
     user's code. Full flushes (mark_step) and partial ones (a value read mid-graph) leave nothing
     for the cyclic collector."""
-    from hpu_lab.graph import Node, PendingGraph
+    from hpu_lab.compiler.graph import Node, PendingGraph
     from hpu_lab.runtime.executor import Launch
     from hpu_lab.tensor import Inp, Out
     torch.manual_seed(0)

@@ -24,7 +24,7 @@ PLAN = [("f32-lazy", 1), ("f32-eager", 2), ("bf16-lazy", 3)]     # (config, ever
 
 # Values equal, strides not: linalg.lstsq runs on the host (no meta kernel) and its solution comes
 # back contiguous, while CPU's is a column-major view. Documented in docs/correctness.md; every
-# other op's result must have CPU's strides (the meta kernels describe the CPU kernel: meta_fixes.py).
+# other op's result must have CPU's strides (the meta kernels describe the CPU kernel: ops/meta_fixes.py).
 LAYOUT_DIFFERS = ("linalg.lstsq",)
 # gradients: the every-sample sweeps (grad-lazy, grad-eager) differ in layout only in these two:
 # lstsq's solution as above, and ormqr's input gradient (contiguous where CPU's is column-major)

@@ -5,7 +5,7 @@ import torch.nn.functional as F
 
 import hpu_lab  # noqa: F401
 import hpu_lab.core as htcore
-from hpu_lab.examples import Net, train_step      # seed 000
+from hpu_lab.lab.examples import Net, train_step      # seed 000
 
 
 def train(device, opt_cls, steps=20, **opt_kw):

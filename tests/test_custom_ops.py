@@ -1,4 +1,4 @@
-"""torch.ops.hpu custom ops (hpu_lab/custom_ops.py): on "hpu" each is one lazy-graph node and equals
+"""torch.ops.hpu custom ops (hpu_lab/kernels/custom_ops.py): on "hpu" each is one lazy-graph node and equals
 the plain-torch computation it stands for."""
 import pytest
 import torch

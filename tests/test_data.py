@@ -1,11 +1,11 @@
-"""hpu_lab.data: MNIST-shaped data with no download, and a reader for real MNIST IDX files."""
+"""hpu_lab.lab.data: MNIST-shaped data with no download, and a reader for real MNIST IDX files."""
 import gzip
 import struct
 
 import pytest
 import torch
 
-from hpu_lab import data as hd
+from hpu_lab.lab import data as hd
 
 
 def write_idx(path, array: torch.Tensor, compress: bool = False):
@@ -128,7 +128,7 @@ def test_mnist_missing_files_error(tmp_path):
     msg = str(info.value)
     assert str(tmp_path / "MNIST" / "raw" / "train-images-idx3-ubyte") in msg
     assert "train-labels-idx1-ubyte" in msg
-    assert "hpu_lab.data.MNISTLike" in msg
+    assert "hpu_lab.lab.data.MNISTLike" in msg
 
 
 def test_load_mnist_picks_real_files_else_mnistlike(tmp_path, capsys):
@@ -145,6 +145,6 @@ def test_import_is_light():
     import subprocess
     import sys
 
-    code = "import sys, hpu_lab.data; print('sklearn' in sys.modules)"
+    code = "import sys, hpu_lab.lab.data; print('sklearn' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -11,7 +11,8 @@ import torch
 
 import hpu_lab
 import hpu_lab.core as htcore
-from hpu_lab import config, disk_cache, events as ev, lazy
+from hpu_lab import config, events as ev, lazy
+from hpu_lab.compiler import disk_cache
 
 from helpers import counts
 
@@ -20,7 +21,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # a small lazy workload: one graph per shape; prints what compiling cost and the results
 CHILD = textwrap.dedent("""
     import json, sys, torch, hpu_lab, hpu_lab.core as htcore
-    from hpu_lab import events as ev, disk_cache
+    from hpu_lab import events as ev
+    from hpu_lab.compiler import disk_cache
     shapes = json.loads(sys.argv[1])
     out = {}
     with ev.Collector() as c:

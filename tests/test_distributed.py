@@ -236,7 +236,7 @@ def scenario_basic():
     import torch
     import torch.distributed as dist
     from hpu_lab import events as ev
-    from hpu_lab.metrics import metric_localcontext
+    from hpu_lab.observe.metrics import metric_localcontext
     init = _init()
     rank = dist.get_rank()
     out = {"init": list(init), "backend": dist.get_backend()}
@@ -325,7 +325,7 @@ def _train(mode, rank, world, steps=3, lr=0.1, **kw):
     import torch
     import hpu_lab.core as htcore
     from hpu_lab.distributed.fast_ddp import all_reduce_gradients
-    from hpu_lab.metrics import metric_global, metric_localcontext
+    from hpu_lab.observe.metrics import metric_global, metric_localcontext
     model = _mlp().to("hpu")
     if mode == "ddp":
         net = torch.nn.parallel.DistributedDataParallel(model, **kw)
@@ -420,7 +420,7 @@ def scenario_lazy():
     import torch.distributed as dist
     import hpu_lab.core as htcore
     from hpu_lab import config, events as ev
-    from hpu_lab.metrics import metric_global, metric_localcontext
+    from hpu_lab.observe.metrics import metric_global, metric_localcontext
     world, rank, _ = _init()
     out = {}
     full, tp = _tp_model(rank, world)

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 import hpu_lab  # noqa: F401
 import hpu_lab.core as htcore
 from hpu_lab import events as ev
-from hpu_lab.examples import Net, capture_train_step, train_step
+from hpu_lab.lab.examples import Net, capture_train_step, train_step
 
 # ------------------------------------------------------------------ the kinds
 

@@ -1,8 +1,8 @@
-"""hpu_lab.examples: the shared models are the seeds' models."""
+"""hpu_lab.lab.examples: the shared models are the seeds' models."""
 import torch
 
 from hpu_lab import events as ev
-from hpu_lab.examples import GraphTest, Net
+from hpu_lab.lab.examples import GraphTest, Net
 
 from test_seeds_000_001 import MNIST_SEED
 

@@ -8,7 +8,8 @@ import torch
 
 import hpu_lab
 import hpu_lab.core as htcore
-from hpu_lab import config, events as ev, fallback, lazy
+from hpu_lab import config, events as ev, lazy
+from hpu_lab.dispatch import fallback
 
 from helpers import counts
 

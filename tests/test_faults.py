@@ -21,7 +21,8 @@ import torch.nn.functional as F
 
 import hpu_lab
 import hpu_lab.core as htcore
-from hpu_lab import config, disk_cache, lazy
+from hpu_lab import config, lazy
+from hpu_lab.compiler import disk_cache
 from hpu_lab.runtime.executor import DeviceError
 from hpu_lab.runtime.memory import HPUOutOfMemoryError
 
@@ -187,7 +188,7 @@ def test_a_graph_over_the_limit_ooms_and_the_runtime_recovers():
 
 FORGED_CHILD = """
     import json, torch, hpu_lab, hpu_lab.core as htcore
-    from hpu_lab import disk_cache
+    from hpu_lab.compiler import disk_cache
     y = (torch.arange(9, dtype=torch.float32).to("hpu") * 4 + 2).sin()
     htcore.mark_step()
     r = y.cpu()

@@ -22,10 +22,12 @@ import torch
 
 import hpu_lab  # noqa: F401
 import hpu_lab.core as htcore
-from hpu_lab import amp, config, fallback
+from hpu_lab.kernels import amp
+from hpu_lab import config
+from hpu_lab.dispatch import fallback
 from hpu_lab.config import ConfigError
-from hpu_lab.graph_dump import GraphDumpWarning
-from hpu_lab.metrics import MetricsFileWarning
+from hpu_lab.compiler.graph_dump import GraphDumpWarning
+from hpu_lab.observe.metrics import MetricsFileWarning
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -2,14 +2,15 @@
 does what CPU does. CPU applies a foreach op tensor after tensor (``_foreach_add_([a, a], [b, b])``
 adds b twice) or refuses the overlap; the lazy path computed every read before every write (a + b),
 a silent wrong answer, in lazy and eager mode alike. The same holds where the op falls back to the
-CPU (hpu_lab/host_ops.py): each argument was read into a host copy of its own, so ``[a, a]`` were
+CPU (hpu_lab/dispatch/host_ops.py): each argument was read into a host copy of its own, so ``[a, a]`` were
 two tensors there too (and CPU's overlap refusal never came)."""
 import pytest
 import torch
 
 import hpu_lab  # noqa: F401
 import hpu_lab.core as htcore
-from hpu_lab import config, fallback
+from hpu_lab import config
+from hpu_lab.dispatch import fallback
 
 CASES = {
     "add_ the same tensor twice": lambda a, b: torch._foreach_add_([a, a], [b, b]),

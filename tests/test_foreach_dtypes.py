@@ -78,7 +78,7 @@ REFUSED_PARTWAY = {     # CPU refuses the second tensor of each; the first is al
 def test_a_foreach_op_refused_partway_writes_what_cpu_writes_first_and_raises_cpus_error(mode, case):
     # CPU applies a foreach op tensor after tensor (no fast path): the tensors before the one it
     # refuses are written. hpu wrote none and raised the meta kernel's message, or (mul_, div_, sqrt_)
-    # raised nothing at the op and failed on the device (hpu_lab/foreach_errors.py)
+    # raised nothing at the op and failed on the device (hpu_lab/lazy/foreach_errors.py)
     seen = {}
     for dev in ("cpu", "hpu"):
         ts = [torch.ones(3).to(dev), torch.ones(3, dtype=torch.long).to(dev), torch.ones(3).to(dev)]

@@ -1,7 +1,7 @@
-"""hpu_lab.fresh.run_fresh, the notebooks' way to show a setting read at import (a new process)."""
+"""hpu_lab.lab.fresh.run_fresh, the notebooks' way to show a setting read at import (a new process)."""
 import pytest
 
-from hpu_lab.fresh import FreshRunError, run_fresh
+from hpu_lab.lab.fresh import FreshRunError, run_fresh
 
 
 def test_the_setting_reaches_the_new_process_before_its_imports():

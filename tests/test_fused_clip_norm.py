@@ -7,7 +7,7 @@ import torch
 import hpu_lab.core as htcore
 from hpu_lab import events
 from hpu_lab.hpex.normalization import FusedClipNorm
-from hpu_lab.graph import HELPER_NAMES
+from hpu_lab.compiler.graph import HELPER_NAMES
 
 HELPERS = {"input", "output", *HELPER_NAMES.values()}     # view, scatter, scatter_into, ...
 

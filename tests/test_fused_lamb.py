@@ -1,4 +1,4 @@
-"""hpex FusedLamb and torch.ops.hpu.optimizer_lamb_* (hpu_lab/custom_ops.py): the update equals a
+"""hpex FusedLamb and torch.ops.hpu.optimizer_lamb_* (hpu_lab/kernels/custom_ops.py): the update equals a
 plain-torch LAMB written here from its definition (global-norm clipping, Adam moments with bias
 correction, trust ratio ||w|| / ||u||)."""
 import copy

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 import hpu_lab.core as htcore
 from hpu_lab import events as ev
-from hpu_lab.examples import train
+from hpu_lab.lab.examples import train
 from hpu_lab.graphs import HPUGraphError
 
 TRACING = (ev.OpAccumulated, ev.GraphBuilt, ev.CacheLookup, ev.Compile)

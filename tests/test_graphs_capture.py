@@ -8,7 +8,7 @@ import hpu_lab.core as htcore
 from hpu_lab import events as ev
 from hpu_lab import lazy
 from hpu_lab import perfmodel as pm
-from hpu_lab.examples import capture_train_step
+from hpu_lab.lab.examples import capture_train_step
 from hpu_lab.graphs import HPUGraph, HPUGraphError
 
 TRACING = (ev.OpAccumulated, ev.GraphBuilt, ev.CacheLookup, ev.Compile)
@@ -43,7 +43,7 @@ def test_replay_skips_tracing_and_keeps_output_objects():
 
 
 def test_hpu_graph_metric_counts_captures_and_replays():
-    from hpu_lab.metrics import metric_global
+    from hpu_lab.observe.metrics import metric_global
     x = torch.ones(4).to("hpu")
     g = HPUGraph()
     g.capture_begin()

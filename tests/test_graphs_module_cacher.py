@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 from hpu_lab import config
 from hpu_lab import events as ev
-from hpu_lab.examples import train
+from hpu_lab.lab.examples import train
 
 
 class Net(nn.Module):

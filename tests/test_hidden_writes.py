@@ -1,5 +1,5 @@
-"""Ops whose CPU kernel writes arguments their schema calls read-only (hpu_lab/ops.py HIDDEN_WRITES,
-found by tests/mutation_audit.py) are recorded as writing them (hpu_lab/hidden_writes.py): dead code
+"""Ops whose CPU kernel writes arguments their schema calls read-only (hpu_lab/ops/__init__.py HIDDEN_WRITES,
+found by tests/mutation_audit.py) are recorded as writing them (hpu_lab/kernels/hidden_writes.py): dead code
 removal keeps the write, a read sees it, a capture replays it. Each compared with CPU, bit for bit."""
 import copy
 
@@ -7,7 +7,8 @@ import pytest
 import torch
 
 import hpu_lab.core as htcore
-from hpu_lab import config, fallback, ops
+from hpu_lab import config, ops
+from hpu_lab.dispatch import fallback
 from hpu_lab.graphs import HPUGraph
 
 BNS = {"1d": (torch.nn.BatchNorm1d, (8, 4)), "1d-seq": (torch.nn.BatchNorm1d, (8, 4, 5)),

@@ -84,7 +84,7 @@ def test_a_slower_emulator_leaves_the_modeled_host_time_as_it_was(seed_recording
 def test_estimate_gives_the_recorded_steps_host_time(seed_recordings):
     """estimate() lays the same events out without running: host, device, wall and verdict."""
     torch.manual_seed(0)
-    from hpu_lab.examples import Net, train_step
+    from hpu_lab.lab.examples import Net, train_step
     model = Net().to("hpu")
     opt = torch.optim.Adadelta(model.parameters(), lr=0.1)
     x, y = torch.randn(200, 1, 28, 28), torch.randint(0, 10, (200,))

@@ -1,4 +1,4 @@
-"""Ops run on the host (hpu_lab/host_ops.py: random draws, data-dependent ops, the CPU fallback) write
+"""Ops run on the host (hpu_lab/dispatch/host_ops.py: random draws, data-dependent ops, the CPU fallback) write
 what CPU writes into every tensor they write: keyword-only ``out=`` tensors (single and tuple), resized
 and laid out as on CPU; and autograd's version counters move exactly as on CPU (once an ``out=``
 tensor of the CPU fallback kept its stale memory: a silent wrong answer)."""

@@ -1,4 +1,4 @@
-"""``torch.Generator(device="hpu")`` (hpu_lab/generator.py) and the device-module API torch's own code
+"""``torch.Generator(device="hpu")`` (hpu_lab/integration/generator.py) and the device-module API torch's own code
 calls (``torch.hpu.device``, ``_utils._get_device_index``, ``_get_generator``; torch.serialization,
 ``torch.random.fork_rng``, ``torch.utils.checkpoint``). Before, the generator raised "You should
 register `PrivateUse1HooksInterface` ... `getNewGenerator`", and ``torch.hpu.device`` was missing."""

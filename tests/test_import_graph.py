@@ -9,9 +9,9 @@ ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 
 # the modules an op goes through, from the router down (docs/ARCHITECTURE.md, "The op path"):
 # among these, every import counts, even one inside a function (a deferred import is still a cycle)
-OP_PATH = {"hpu_lab.route", "hpu_lab.lazy", "hpu_lab.eager", "hpu_lab.fallback", "hpu_lab.special_ops",
-           "hpu_lab.view_ops", "hpu_lab.host_ops", "hpu_lab.capture", "hpu_lab.compiler.find",
-           "hpu_lab.compile_backend", "hpu_lab.graphs._common", "hpu_lab.graphs.callables",
+OP_PATH = {"hpu_lab.dispatch.route", "hpu_lab.lazy", "hpu_lab.dispatch.eager", "hpu_lab.dispatch.fallback", "hpu_lab.dispatch.special_ops",
+           "hpu_lab.dispatch.view_ops", "hpu_lab.dispatch.host_ops", "hpu_lab.lazy.capture", "hpu_lab.compiler.find",
+           "hpu_lab.integration.compile_backend", "hpu_lab.graphs._common", "hpu_lab.graphs.callables",
            "hpu_lab.graphs.host_state", "hpu_lab.graphs.hpugraph", "hpu_lab.graphs.module_cacher",
            "hpu_lab.graphs.recording", "hpu_lab.graphs.streams", "hpu_lab.graphs.wrap"}
 
@@ -156,7 +156,7 @@ def _foreign_writes(name):
         for t in targets:
             if isinstance(t, ast.Subscript) and isinstance(t.value, (ast.Name, ast.Attribute)):
                 table = t.value.attr if isinstance(t.value, ast.Attribute) else t.value.id
-                if table in ("SPECIAL", "_special") and name != "hpu_lab.route":
+                if table in ("SPECIAL", "_special") and name != "hpu_lab.dispatch.route":
                     bad.append((name, node.lineno, ast.unparse(t)))
             if not isinstance(t, ast.Attribute):
                 continue
@@ -168,7 +168,7 @@ def _foreign_writes(name):
                     and _names_lazy_state(tree, v.id, modules):
                 bad.append((name, node.lineno, ast.unparse(t)))          # S = lazy.S; S.x = ...
             elif isinstance(v, ast.Name) and v.id in modules and modules[v.id] in ("lazy", "hpu_lab.lazy",
-                                                                                   "route", "hpu_lab.route"):
+                                                                                   "route", "hpu_lab.dispatch.route"):
                 bad.append((name, node.lineno, ast.unparse(t)))          # lazy.flush = ...
     return bad
 

@@ -1,5 +1,5 @@
 """``import hpu_lab`` stays light: torch's heavy packages are imported by the background warm-up
-(hpu_lab/warmup.py), never by the import itself nor by the first ops (which would stall them).
+(hpu_lab/util/warmup.py), never by the import itself nor by the first ops (which would stall them).
 Facts about which thread imported which module, in a fresh process; no wall time."""
 import json
 import os
@@ -12,7 +12,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WARMED = ["torch.distributed.tensor", "torch._dynamo", "sympy"]
 # what nothing in an import and a first training step needs
 NEVER = ["torch._inductor.compile_fx", "matplotlib", "ipywidgets", "networkx", "IPython", "jupyter_client",
-         "widgets", "hpu_lab.bench", "hpu_lab.examples"]
+         "widgets", "hpu_lab.bench", "hpu_lab.lab.examples"]
 
 PROBE = """
 import json, sys, threading
@@ -31,7 +31,7 @@ import torch
 phase[0] = "import hpu_lab"
 import hpu_lab
 phase[0] = "after import"
-hpu_lab.warmup.wait()
+hpu_lab.util.warmup.wait()
 phase[0] = "first ops"
 import torch.nn.functional as F
 model = torch.nn.Linear(4, 3).to("hpu")
@@ -67,7 +67,7 @@ def test_fork_waits_for_the_warm_up():
             "pid = os.fork()\n"
             "if pid == 0:\n"
             "    import torch._dynamo, torch.distributed.tensor\n"
-            "    os._exit(0 if hpu_lab.warmup._thread is None else 3)\n"
+            "    os._exit(0 if hpu_lab.util.warmup._thread is None else 3)\n"
             "_, status = os.waitpid(pid, 0)\n"
             "sys.exit(os.waitstatus_to_exitcode(status))\n")
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -82,9 +82,9 @@ def test_a_recording_starts_after_the_warm_up():
     code = ("import sys, torch, hpu_lab\n"
             "from hpu_lab import events as ev\n"
             "with ev.Collector() as c:\n"
-            "    done = hpu_lab.warmup._thread is None\n"
-            "    loaded = all(m in sys.modules for m in hpu_lab.warmup.MODULES)\n"
-            "sys.exit(0 if done and loaded and not hpu_lab.warmup.errors else 1)\n")
+            "    done = hpu_lab.util.warmup._thread is None\n"
+            "    loaded = all(m in sys.modules for m in hpu_lab.util.warmup.MODULES)\n"
+            "sys.exit(0 if done and loaded and not hpu_lab.util.warmup.errors else 1)\n")
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]

@@ -1,4 +1,4 @@
-"""In-place ops that read, through another view, memory they write (hpu_lab/aliasing.py): hpu does
+"""In-place ops that read, through another view, memory they write (hpu_lab/lazy/aliasing.py): hpu does
 what CPU does. CPU runs the op on the shared memory (elements written first are read afterwards)
 where its overlap check cannot decide, and refuses where it can; the lazy path used to compute
 every such op functionally (reads before writes): a silent wrong answer (fuzz_programs seed 482),

@@ -1,4 +1,4 @@
-"""Elementwise results on hpu are laid out as CPU's TensorIterator lays them out (hpu_lab/iter_strides.py).
+"""Elementwise results on hpu are laid out as CPU's TensorIterator lays them out (hpu_lab/lazy/iter_strides.py).
 torch's Meta kernels differ where dimensions tie (size-1, broadcast, empty): the random-program test
 found hpu results laid out otherwise (seed 4006: a column-major (1, 2, 2) sum came out row-major)."""
 import random
@@ -9,7 +9,7 @@ import torch
 import fuzz_programs as fp
 import hpu_lab  # noqa: F401
 from hpu_lab import config
-from hpu_lab.iter_strides import operand_layouts, output_strides
+from hpu_lab.lazy.iter_strides import operand_layouts, output_strides
 
 aten = torch.ops.aten
 

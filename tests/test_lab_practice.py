@@ -122,7 +122,7 @@ def test_the_boundary_adds_no_sync_when_nothing_is_pending():
     # a notebook's own counts (its global host_sync metric) must not move because a check ran
     import torch
     from hpu_lab import core as htcore
-    from hpu_lab.metrics import metric_global
+    from hpu_lab.observe.metrics import metric_global
     torch.ones(2, device="hpu").sum()
     htcore.mark_step()
     torch.hpu.synchronize()

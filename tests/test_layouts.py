@@ -8,7 +8,8 @@ import torch.nn as nn
 
 import hpu_lab
 import hpu_lab.core as htcore
-from hpu_lab import config, disk_cache, perfmodel
+from hpu_lab import config, perfmodel
+from hpu_lab.compiler import disk_cache
 from hpu_lab import events as ev
 from hpu_lab.compiler import layouts
 from hpu_lab.perfmodel import placement

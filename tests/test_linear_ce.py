@@ -8,7 +8,8 @@ import torch.nn.functional as F
 
 import hpu_lab  # noqa: F401
 import hpu_lab.core as htcore
-from hpu_lab import config, linear_ce
+from hpu_lab import config
+from hpu_lab.kernels import linear_ce
 
 Options = pytest.importorskip("torch.nn.modules.linear_cross_entropy_options").LinearCrossEntropyOptions
 

@@ -6,7 +6,8 @@ import torch
 
 import hpu_lab  # noqa: F401
 import hpu_lab.core as htcore
-from hpu_lab import config, lstsq
+from hpu_lab import config
+from hpu_lab.kernels import lstsq
 
 CASES = [(4, 3, 2, False, ()), (3, 4, 2, False, ()), (4, 3, 0, True, ()), (5, 3, 2, False, (2,)),
          (3, 3, 2, False, (3,)), (5, 3, 1, True, (2,)), (6, 2, 3, False, (2, 3))]

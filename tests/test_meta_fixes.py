@@ -1,4 +1,4 @@
-"""Meta kernels corrected to the CPU kernel's shapes (hpu_lab/meta_fixes.py), and the loss that needed
+"""Meta kernels corrected to the CPU kernel's shapes (hpu_lab/ops/meta_fixes.py), and the loss that needed
 it: multilabel_margin_loss on hpu equals CPU in every dtype Gaudi supports, forward and backward."""
 import pytest
 import torch

@@ -1,5 +1,5 @@
 """A bf16 input into an fp32 Linear outside autocast (issue 35 item 6): what the bridge's output-meta
-functions decide (hpu_lab/mixed_matmul.py): addmm promotes to the common dtype, mm refuses at the
+functions decide (hpu_lab/kernels/mixed_matmul.py): addmm promotes to the common dtype, mm refuses at the
 op with MmMeta's message. It used to be recorded and fail at the next sync as a device error."""
 import pytest
 import torch

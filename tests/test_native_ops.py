@@ -1,4 +1,4 @@
-"""The backend-native aten ops (hpu_lab/native_ops.py): convolution_overrideable and its backward on
+"""The backend-native aten ops (hpu_lab/kernels/native_ops.py): convolution_overrideable and its backward on
 hpu equal torch's convolution on CPU."""
 import pytest
 import torch

@@ -1,4 +1,4 @@
-"""hpu_lab/omp.py: a process that imports hpu_lab before torch gets OMP_WAIT_POLICY=PASSIVE (idle
+"""hpu_lab/util/omp.py: a process that imports hpu_lab before torch gets OMP_WAIT_POLICY=PASSIVE (idle
 OpenMP workers sleep rather than spin on the cores the emulator's threads need); a user's value is
 kept, and nothing is set once torch is loaded (libgomp has read its environment by then)."""
 import os

@@ -3,7 +3,7 @@
 Every OpInfo op that takes ``out=`` runs its first samples into empty out tensors on CPU and on hpu.
 What this found (each failed before): ``kron(out=)`` left ``out`` unwritten (its composite writes
 through ``_unsafe_view(out)``, which hpu copied instead of viewing); ``linalg.matrix_rank(out=)``
-too (torch's composite rebinds instead of writing for a tensor subclass: composite_outs.py); a
+too (torch's composite rebinds instead of writing for a tensor subclass: kernels/composite_outs.py); a
 resized out stayed row-major where CPU's linalg kernels lay it out column-major (qr, lu_factor,
 cholesky_ex, eigh, lstsq, solve, ...), while CPU's fft and cholesky out kernels copy into a
 contiguous one; ``torch.lu(out=)`` failed at the read (``resize_as_`` left the wrapper's shape

@@ -1,4 +1,4 @@
-"""``out=`` tensors and ``resize_`` on hpu behave as stock PyTorch (hpu_lab/resize.py)."""
+"""``out=`` tensors and ``resize_`` on hpu behave as stock PyTorch (hpu_lab/dispatch/resize.py)."""
 import warnings
 
 import pytest

@@ -10,7 +10,7 @@ import torch
 
 import hpu_lab.core as htcore
 from hpu_lab import events as ev
-from hpu_lab import profiler
+from hpu_lab.observe import profiler
 from hpu_lab.tools import perf_tool
 from helpers import no_cyclic_gc, recorded, seed_setup
 

@@ -84,7 +84,7 @@ def _bf16_mm(m, n, k):
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32, torch.float8_e4m3fn])
 def test_fp8_gemm_is_one_mme_kernel_at_the_fp8_rate(out_dtype):
     # hpu's _scaled_mm is fp8 operands cast to float32, a float32 mm, the scales, the bias and a cast
-    # (scaled_mm.py); the bridge lowers aten::_scaled_mm to one fp8_gemm node that takes the scales
+    # (kernels/scaled_mm.py); the bridge lowers aten::_scaled_mm to one fp8_gemm node that takes the scales
     # and the bias and writes out_dtype: one MME kernel at the FP8 rate (Gaudi 2: 865 TFLOPS) moving
     # the fp8 operands and the output in out_dtype, and no TPC kernel
     n = 4096
@@ -218,13 +218,13 @@ def test_estimate_runs_nothing_and_leaves_the_runtime_as_it_was():
     torch.hpu.synchronize()
     before = [p.detach().cpu().clone() for p in model.parameters()]
     last = executor.stream(0).last()
-    compiles = hpu_lab.metrics.metric_global("graph_compilation").stats()
+    compiles = hpu_lab.observe.metrics.metric_global("graph_compilation").stats()
     with ev.Collector() as c:
         ns = pm.estimate(step, device="gaudi3").device_ns
     assert ns > 0 and not c.events                      # muted: no op, no launch reached observers
     assert not lazy.S.pg.nodes                          # no pending node left behind
     assert executor.stream(0).last() is last            # nothing launched
-    assert hpu_lab.metrics.metric_global("graph_compilation").stats() == compiles
+    assert hpu_lab.observe.metrics.metric_global("graph_compilation").stats() == compiles
     for p, b in zip(model.parameters(), before):        # the optimizer step inside was undone
         assert torch.equal(p.detach().cpu(), b)
     rep = pm.estimate(step)
@@ -388,7 +388,7 @@ def test_views_default_to_the_gaudi_clock(tmp_path):
     import matplotlib
     matplotlib.use("Agg")
     import widgets
-    from hpu_lab import profiler
+    from hpu_lab.observe import profiler
     _, _, step = seed_setup()
     events = record(step, n=6)
     v = widgets.verdict(events)

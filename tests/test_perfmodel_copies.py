@@ -1,4 +1,4 @@
-"""Queued host-to-device copies on the Gaudi clock (transfers.py, perfmodel/timeline.py).
+"""Queued host-to-device copies on the Gaudi clock (runtime/transfers.py, perfmodel/timeline.py).
 
 A pinned ``non_blocking=True`` copy is queued on the current stream; the host goes on at once. The
 host's queue point is a ``CopyQueued`` event, the copy's run on the stream a ``HostToDevice`` (same

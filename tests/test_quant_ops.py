@@ -1,4 +1,4 @@
-"""quantized_decomposed (de)quantization on hpu (hpu_lab/quant_ops.py): Gaudi's kernels keep fp8's
+"""quantized_decomposed (de)quantization on hpu (hpu_lab/kernels/quant_ops.py): Gaudi's kernels keep fp8's
 fraction bits (no rounding to integers), quantize a bf16 input in bf16, and dequantize fp8 input."""
 import pytest
 import torch

@@ -1,5 +1,5 @@
 """nn.LSTM, nn.GRU, nn.RNN, their cells and packed sequences on hpu equal CPU bit for bit, forward and
-backward, lazy and eager (hpu_lab/rnn.py runs ATen's CPU op sequence; rnn_ops.py the two ops the
+backward, lazy and eager (hpu_lab/kernels/rnn.py runs ATen's CPU op sequence; kernels/rnn_ops.py the two ops the
 lazy path needs help with). Before, ATen took its fused-cell path for a PrivateUse1 input
 (``_thnn_fused_lstm_cell``), which has no kernel here."""
 import copy
@@ -10,7 +10,8 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import hpu_lab.core as htcore
-from hpu_lab import config, metrics
+from hpu_lab import config
+from hpu_lab.observe import metrics
 
 nn = torch.nn
 

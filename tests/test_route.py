@@ -1,10 +1,11 @@
-"""The router (hpu_lab/route.py): the path each op takes, the special-op table's handles, and the
+"""The router (hpu_lab/dispatch/route.py): the path each op takes, the special-op table's handles, and the
 named writers of the lazy state."""
 import pytest
 import torch
 
 import hpu_lab.core as htcore
-from hpu_lab import events as ev, host_ops, lazy, route, special_ops, view_ops
+from hpu_lab import events as ev, lazy
+from hpu_lab.dispatch import host_ops, route, special_ops, view_ops
 
 aten = torch.ops.aten
 

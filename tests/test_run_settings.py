@@ -1,4 +1,4 @@
-"""Settings kernels read when they run (run_settings.py).
+"""Settings kernels read when they run (integration/run_settings.py).
 
 torch's default dtype is an input of a graph: the same ops with the same arguments give float32 or
 float64 (a factory, an integer tensor's true division) as ``torch.set_default_dtype`` says. A
@@ -14,7 +14,7 @@ import hpu_lab  # noqa: F401
 from hpu_lab import core as htcore
 from hpu_lab.runtime import executor
 from hpu_lab.compiler.recipe import GraphKey
-from hpu_lab import disk_cache
+from hpu_lab.compiler import disk_cache
 from hpu_lab import events as ev
 
 

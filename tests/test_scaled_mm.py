@@ -1,4 +1,4 @@
-"""torch._scaled_mm on hpu (hpu_lab/scaled_mm.py): Gaudi's fp8 GEMM takes a row-major mat2 and computes
+"""torch._scaled_mm on hpu (hpu_lab/kernels/scaled_mm.py): Gaudi's fp8 GEMM takes a row-major mat2 and computes
 (a @ b) * scale_a * scale_b * scale_result + bias in float32, rounded once to out_dtype."""
 import pytest
 import torch

@@ -3,7 +3,7 @@
 Each sample below is the seed's code with only (a) the elided lines filled in the obvious way the
 real docs have them (zero_grad, backward, mark_step, optimizer.step, mark_step; the ``else:`` of the
 control-flow example; GraphTest's capture/replay body) and (b) the data source swapped: no download
-here, so ``datasets.MNIST(...)`` becomes ``hpu_lab.data.MNISTLike(...)`` (same shapes). A marked
+here, so ``datasets.MNIST(...)`` becomes ``hpu_lab.lab.data.MNISTLike(...)`` (same shapes). A marked
 harness after the seed's code picks which loop runs. The scripts import ``habana_frameworks``: they
 run through ``hpu_lab.compat`` (in-process with runpy, and once with ``python -m hpu_lab run``).
 """
@@ -31,7 +31,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import torch.optim as optim
-from hpu_lab.data import MNISTLike                    # was: from torchvision import datasets, transforms
+from hpu_lab.lab.data import MNISTLike                    # was: from torchvision import datasets, transforms
 import habana_frameworks.torch.core as htcore
 from tqdm import tqdm
 
@@ -328,7 +328,7 @@ def eval_accuracy(stdout):
 # ---- CPU references: the same loops on CPU, with the same random draws
 
 def _cpu_reference(mode, seed=0):
-    from hpu_lab.data import MNISTLike
+    from hpu_lab.lab.data import MNISTLike
     torch.manual_seed(seed)
     g = {}
     exec(compile(MNIST_SEED.split("device = torch.device")[0].replace(

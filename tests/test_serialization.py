@@ -1,5 +1,5 @@
 """torch.save / torch.load of hpu tensors keep storages, views and sharing as CPU does, with every
-form of ``map_location`` (hpu_lab/serialization.py). Before, a view saved with its base came back as
+form of ``map_location`` (hpu_lab/integration/serialization.py). Before, a view saved with its base came back as
 an independent tensor, and ``map_location="hpu"`` raised (``torch.hpu.device`` was missing)."""
 import io
 import pickle

@@ -1,4 +1,4 @@
-"""The runtime's implicit cross-stream wait is on the Gaudi clock (runtime/launch.py, perfmodel/timeline.py):
+"""The runtime's implicit cross-stream wait is on the Gaudi clock (lazy/launch.py, perfmodel/timeline.py):
 a recipe that reads what a launch on another stream produced starts after that launch's modeled end,
 with no wait_event/wait_stream in the program; independent work on another stream still overlaps."""
 import torch

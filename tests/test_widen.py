@@ -1,10 +1,10 @@
 """Dtypes the CPU kernel lacks (fp8, some bf16/fp16) are computed in float32 and rounded once
-(hpu_lab/widen.py): the result is what rounding the exact value gives, never a wrong answer."""
+(hpu_lab/ops/widen.py): the result is what rounding the exact value gives, never a wrong answer."""
 import pytest
 import torch
 
 import hpu_lab.core as htcore
-from hpu_lab import widen
+from hpu_lab.ops import widen
 
 FP8 = [torch.float8_e4m3fn, torch.float8_e5m2]
 

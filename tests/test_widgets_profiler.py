@@ -1,4 +1,4 @@
-"""hpu_lab.profiler: Chrome trace export and graph dumps (DOT, GraphML, pbtxt, SVG)."""
+"""hpu_lab.observe.profiler: Chrome trace export and graph dumps (DOT, GraphML, pbtxt, SVG)."""
 import json
 import subprocess
 import sys
@@ -6,7 +6,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from hpu_lab import config, profiler
+from hpu_lab import config
+from hpu_lab.observe import profiler
 from hpu_lab import events as ev
 from test_widgets_fixtures import MS, Sim, host_bound_loop, mlp_summary
 
@@ -107,7 +108,7 @@ def test_dump_graph_if_enabled(tmp_path, monkeypatch):
 
 
 def test_profiler_imports_no_plotting_library():
-    code = ("import sys, hpu_lab, hpu_lab.profiler; "
+    code = ("import sys, hpu_lab, hpu_lab.observe.profiler; "
             "bad = [m for m in ('matplotlib', 'ipywidgets', 'networkx', 'widgets') if m in sys.modules]; "
             "print(bad); sys.exit(1 if bad else 0)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Dict, List, Sequence, Tuple
 
-from hpu_lab.profiler import lane_name
+from hpu_lab.observe.profiler import lane_name
 
 from .common import COLORS
 

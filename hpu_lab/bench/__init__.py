@@ -31,7 +31,7 @@ SECTIONS = {
     "graphs": ("hpu_lab.bench.graphs", "main"),
     "fused": ("hpu_lab.bench.fused", "main"),
     "panel": ("hpu_lab.bench.panel", "main"),
-    "disk_cache": ("hpu_lab.disk_cache", "report"),
+    "disk_cache": ("hpu_lab.compiler.disk_cache", "report"),
     "gaudi_clock": ("hpu_lab.perfmodel.validation", "main"),
 }
 ONLY_WHEN_NAMED: tuple = ()

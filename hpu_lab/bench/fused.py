@@ -23,7 +23,7 @@ from hpu_lab import events
 from hpu_lab.hpex.kernels import FusedSDPA
 from hpu_lab.hpex.normalization import FusedClipNorm
 from hpu_lab.hpex.optimizers import FusedAdamW, FusedSGD
-from ..graph import HELPER_NAMES
+from ..compiler.graph import HELPER_NAMES
 
 HELPERS = {"input", "output", *HELPER_NAMES.values()}     # view, scatter, scatter_into, ...
 

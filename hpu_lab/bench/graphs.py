@@ -28,7 +28,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..examples import Net, capture_train_step, train_step
+from ..lab.examples import Net, capture_train_step, train_step
 
 SEED_HOST_MS = {"lazy": 4.8, "make_graphed_callables": 3.9, "capture/replay": 1.3}
 BATCH = 200

@@ -1,7 +1,7 @@
 """Import cost: ``import torch``, then ``import hpu_lab`` on top of it, in fresh processes.
 
 Each run is a new interpreter that times the two import statements one after the other, then how
-long the background warm-up (hpu_lab/warmup.py: what the first op needs from torch) keeps importing
+long the background warm-up (hpu_lab/util/warmup.py: what the first op needs from torch) keeps importing
 after ``import hpu_lab`` has returned. Medians over ``runs`` processes. Target (issue 12):
 ``import hpu_lab`` adds at most 0.3 s to ``import torch``.
 
@@ -27,7 +27,7 @@ import torch
 t1, c1 = time.perf_counter(), time.thread_time()
 import hpu_lab
 t2, c2 = time.perf_counter(), time.thread_time()
-hpu_lab.warmup.wait()
+hpu_lab.util.warmup.wait()
 t3 = time.perf_counter()
 print(t1 - t0, t2 - t1, t3 - t2, c1 - c0, c2 - c1)
 """

@@ -40,7 +40,7 @@ import statistics
 import subprocess
 
 from . import threads
-from .. import omp
+from ..util import omp
 
 TARGET = 0.10
 KINDS = ("plain", "section", "recording")
@@ -49,7 +49,7 @@ SETUP = """
 import functools, gc, json, time, torch, hpu_lab, widgets
 from hpu_lab import events as _ev
 from hpu_lab.bench import threads as _threads
-from hpu_lab.examples import Net, train_step
+from hpu_lab.lab.examples import Net, train_step
 torch.manual_seed(0)
 _model = Net().to("hpu")
 _opt = torch.optim.Adadelta(_model.parameters(), lr=0.1)
@@ -210,7 +210,7 @@ def measure(steps: int = 600, rounds: int = 12, batch: int = 64, kinds=("plain",
     from jupyter_client.manager import start_new_kernel
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    # the kernel that `make lab` starts: OpenMP's idle workers sleep (omp.py; torch is imported
+    # the kernel that `make lab` starts: OpenMP's idle workers sleep (util/omp.py; torch is imported
     # before hpu_lab in SETUP, so only the environment can say it). A value the user set is kept.
     env.setdefault("OMP_WAIT_POLICY", omp.WAIT_POLICY)
     load_before = os.getloadavg()

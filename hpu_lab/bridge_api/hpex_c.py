@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from .. import custom_ops  # noqa: F401  (torch.ops.hpu.optimizer_ema)
-from ..hpex._common import define
+from ..kernels import custom_ops  # noqa: F401  (torch.ops.hpu.optimizer_ema)
+from ..kernels._common import define
 
 
 def _fused_norm_cpu(grads_and_norm, max_norm, norm_type):

@@ -38,7 +38,7 @@ OTHER_ROOTS = ("habana_dataloader",)   # (their modules: TOP_LEVEL and ALIASES b
 
 # habana_frameworks module -> the hpu_lab module that stands for it (checked before PREFIXES)
 ALIASES = {
-    "habana_frameworks.torch.hpu.metrics": "hpu_lab.metrics",
+    "habana_frameworks.torch.hpu.metrics": "hpu_lab.observe.metrics",
     "habana_frameworks.torch.utils.library_loader": "hpu_lab.compat.library_loader",
     "habana_frameworks.torch.utils.debug": "hpu_lab.compat.debug",
     "habana_frameworks.torch.utils.experimental": "hpu_lab.compat.experimental",

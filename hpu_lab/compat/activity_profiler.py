@@ -7,7 +7,7 @@ and starts the HPU activity profiler when ``HPU`` is asked for. Libraries test f
 lightning-habana's ``HPUProfiler`` asserts that no activity is still torch's C++ enum.
 
 hpu_lab does the same when ``habana_frameworks.torch`` is imported (``hpu_lab.compat``), not on
-``import hpu_lab``. The device's events are added to the exported trace by ``hpu_lab.torch_profiler``
+``import hpu_lab``. The device's events are added to the exported trace by ``hpu_lab.observe.torch_profiler``
 (a process "HPU 0 (hpu_lab emulated)"); that happens whatever the activities, so ``HPU`` here only
 records that it was asked for (``hpu_profiling_active``), as the real class does. Activities given
 as torch's own enum values (imported before the replacement) are accepted too.

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from .. import config
-from .. import fallback as _fallback
+from ..dispatch import fallback as _fallback
 from ..compiler import cache as _cache
 
 

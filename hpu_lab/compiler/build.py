@@ -14,7 +14,7 @@ import torch.fx as fx
 
 from .. import events as ev
 from .. import ops
-from ..graph import HELPER_NAMES, target_name
+from .graph import HELPER_NAMES, target_name
 from ..tensor import Inp, Out, _itemsize
 from . import lowering, passes
 from .recipe import Recipe

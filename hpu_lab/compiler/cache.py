@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import threading
 
-from .._source import call_site
+from ..util._source import call_site
 
 _lock = threading.Lock()
 _recipes: dict = {}        # GraphKey -> Recipe

@@ -60,7 +60,7 @@ def get_recipe(key, nodes, externals, outs, site):
     for hook in tuple(_compile_hooks.values()):
         hook(recipe)
     if config.get("GRAPH_VISUALIZATION"):
-        from ..graph_dump import dump_graph_if_enabled
+        from .graph_dump import dump_graph_if_enabled
         dump_graph_if_enabled(recipe.summary, f"recipe_{recipe.id}_{key.short}")
     return recipe
 

@@ -47,7 +47,7 @@ def _traceable(gm) -> bool:
     """Only aten ops and hpu_lab's own helpers are traced: an op written in Python may read a
     value on the host (``.item()`` would be baked into the trace as a constant) or return nothing
     (the trace would drop it): those graphs keep the fx code."""
-    from ..graph import CastTo, InplaceOnClone, restride, scatter, view
+    from .graph import CastTo, InplaceOnClone, restride, scatter, view
     from .layouts import HELPERS
     for n in gm.graph.nodes:
         if n.op != "call_function":

@@ -8,7 +8,7 @@ import torch
 
 from .. import events as ev
 from .. import ops
-from ..graph import as_dtype, from_dtype, scatter_into, view as _view_helper
+from .graph import as_dtype, from_dtype, scatter_into, view as _view_helper
 
 # helpers whose output is (part of) an input's memory: no buffer of their own
 _ALIAS_HELPERS = (_view_helper, as_dtype, from_dtype, scatter_into)

@@ -6,7 +6,7 @@ import itertools
 import torch
 import torch.fx
 
-from .. import widen    # imported here, never first on the device thread (its error path runs there)
+from ..ops import widen    # imported here, never first on the device thread (its error path runs there)
 from ..runtime.executor import DeviceError
 
 

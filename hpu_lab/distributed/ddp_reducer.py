@@ -12,7 +12,7 @@ own device type and the bridge's host allocator gives the page-locked buffer.
 
 Here, while a DistributedDataParallel on hpu that needs the map exists, a host tensor created with
 ``pin_memory=True`` by ``empty_strided`` (what ``empty_like`` of a dense tensor calls) is made in
-hpu_lab's pinned memory (pinned.py: its own page-locked mapping, ``is_pinned()`` true). That is a
+hpu_lab's pinned memory (runtime/pinned.py: its own page-locked mapping, ``is_pinned()`` true). That is a
 kernel for the factory's BackendSelect key, which every ``empty_strided`` passes through: it is
 registered only while such a module lives, and removed with the last one.
 """
@@ -23,7 +23,7 @@ import weakref
 
 import torch
 
-from .. import pinned
+from ..runtime import pinned
 
 _OP = torch.ops.aten.empty_strided.default
 _KEYS = {"cpu": torch._C.DispatchKeySet(torch._C.DispatchKey.CPU),
@@ -36,7 +36,7 @@ _lib = None
 
 def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
     """torch's BackendSelect kernel of ``empty_strided`` (dispatch to the device's kernel), with
-    pinned host memory from pinned.py."""
+    pinned host memory from runtime/pinned.py."""
     dev = "cpu" if device is None else torch.device(device).type
     keys = _KEYS.get(dev)
     if keys is None:

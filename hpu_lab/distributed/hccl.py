@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 
 from .. import events as ev
-from .._source import user_src
+from ..util._source import user_src
 from . import host, lazy_collectives as lc
 
 DEFAULT_TIMEOUT = datetime.timedelta(minutes=30)

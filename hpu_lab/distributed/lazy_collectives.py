@@ -27,8 +27,8 @@ import torch.fx.node as _fx_node
 from .. import config
 from .. import events as ev
 from .. import lazy
-from .._source import user_src
-from ..graph import ref_sig
+from ..util._source import user_src
+from ..compiler.graph import ref_sig
 from ..tensor import HPUTensor, Inp, Out, contiguous_strides
 from . import host
 

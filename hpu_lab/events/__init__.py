@@ -29,7 +29,7 @@ import contextlib
 import time
 from typing import Optional
 
-from .. import warmup
+from ..util import warmup
 from ._record import untrack
 from .kinds import (CaptureBegin, CaptureEnd, Collective, CompiledCall, Compile, CopyQueued, CPUFallback,
                     CacheLookup, DeviceExecution, DeviceToHost, Error, Event, GraphBuilt, GraphSummary, HostSync,
@@ -59,7 +59,7 @@ recorder = Recorder()
 
 def subscribe(fn, kinds=None, many=None, runs=None) -> Handle:
     """Call ``fn(event)`` for each event (of ``kinds`` only, if given); ``many`` / ``runs``: see
-    Recorder.subscribe. A recording starts only once the background warm-up (warmup.py) is over:
+    Recorder.subscribe. A recording starts only once the background warm-up (util/warmup.py) is over:
     torch's own import of its lazy modules would be a blank second in it."""
     warmup.wait()
     return recorder.subscribe(fn, kinds, many, runs)

@@ -111,7 +111,7 @@ class Launch(Event):
     stream: int = 0
     graph: Optional[GraphSummary] = None
     # launches on other streams whose outputs this one reads: its stream waits for them first
-    # (the runtime's implicit cross-stream wait, runtime/launch.py; the Gaudi clock orders by it)
+    # (the runtime's implicit cross-stream wait, lazy/launch.py; the Gaudi clock orders by it)
     waits_for: Tuple[int, ...] = ()
 
 
@@ -139,7 +139,7 @@ class HostSync(Event):
 
 @record
 class HostToDevice(Event):
-    """One host-to-device transfer (hpu_lab/transfers.py says which path each kind takes).
+    """One host-to-device transfer (hpu_lab/runtime/transfers.py says which path each kind takes).
     ``pinned``: from page-locked host memory (DMA straight from it; pageable memory is first staged
     into a pinned buffer by the host). ``non_blocking``: the caller asked for non_blocking=True."""
     nbytes: int = 0
@@ -155,7 +155,7 @@ class HostToDevice(Event):
 @record
 class CopyQueued(Event):
     """The host queued a host-to-device copy on ``stream`` (a pinned ``non_blocking=True`` copy,
-    transfers.py) and went on: an instant on the host lane, emitted before the stream can run it.
+    runtime/transfers.py) and went on: an instant on the host lane, emitted before the stream can run it.
     The copy's run is the ``HostToDevice`` with the same ``launch_id``, emitted by the stream when it
     runs (a busy stream makes it later than host events after the queue point); a recipe or a sync
     that reads the copy names ``launch_id`` (``Launch.waits_for``, ``HostSync.launch_id``). The Gaudi

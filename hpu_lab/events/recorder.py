@@ -105,7 +105,7 @@ class Recorder:
         self._runs: dict = {}              # observer -> its function taking an OpRun
         self._muted = 0                    # > 0: host events reach no observer (perfmodel.estimate)
         self._ops: list = []               # ops kept since the last hand-over, OP_FIELDS items each
-        self.ops_wanted = False            # someone observes OpAccumulated (lazy.py asks per op)
+        self.ops_wanted = False            # someone observes OpAccumulated (lazy/ asks per op)
         self.user_wanted = False           # someone observes UserCode (user_code.py asks)
         self.step = 0                      # mark_steps so far (lazy.mark_step counts them)
 

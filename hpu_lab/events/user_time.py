@@ -102,7 +102,7 @@ def user_code(what: str = "your code"):
 def _close(what: str, t0: int) -> None:
     global open_blocks
     t1 = _perf_ns()
-    from .._source import user_src
+    from ..util._source import user_src
     try:                             # (still open: an observer's own print is not a user block)
         _sink(what, t0, t1, max(t1 - t0 - _inside, 0), user_src(1))
     finally:

@@ -16,7 +16,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .. import ops
-from .._source import user_src
+from ..util._source import user_src
 
 _READS = {torch.ops.aten._local_scalar_dense.default, torch.ops.aten.equal.default,
           torch.ops.aten.is_nonzero.default}

@@ -18,7 +18,7 @@ import itertools
 
 from .. import events as ev
 from .. import lazy
-from .._source import user_src
+from ..util._source import user_src
 from . import host_state, recording
 from ..tensor import HPUTensor
 from ._common import HPUGraphError, _full, check_replay_inputs, require_lazy, static_copy

@@ -27,10 +27,10 @@ import torch
 
 from .. import events as ev
 from .. import lazy
-from ..capture import GraphCapture
+from ..lazy.capture import GraphCapture
 from ..runtime import executor
-from ..runtime.launch import launch_recipe
-from .._source import user_src
+from ..lazy.launch import launch_recipe
+from ..util._source import user_src
 from ..tensor import Inp, Out
 from ._common import HPUGraphError
 
@@ -96,7 +96,7 @@ _dry_ids = itertools.count(1)
 
 class Capture(GraphCapture):
     """The object ``lazy.S.capture`` points to while an HPUGraph captures (the ``GraphCapture``
-    protocol of capture.py: what the op path calls)."""
+    protocol of lazy/capture.py: what the op path calls)."""
 
     def __init__(self, graph, dry_run: bool, src: str):
         self.graph = graph

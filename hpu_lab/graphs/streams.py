@@ -9,7 +9,7 @@ records the time then (``enable_timing``).
 In lazy mode, ``Event.record`` first launches the pending lazy work, so that the event follows the
 ops the program issued before it (otherwise they would still be waiting for mark_step, and a timing
 would measure nothing). Work on different streams runs concurrently; hpu_lab also makes a stream
-wait for inputs produced on another stream (``runtime.launch.launch_recipe``), so a missing ``wait_stream``
+wait for inputs produced on another stream (``lazy.launch.launch_recipe``), so a missing ``wait_stream``
 never gives a wrong number.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ import torch
 
 from .. import events as ev
 from .. import lazy
-from .._source import user_src
+from ..util._source import user_src
 from ..runtime import executor
 
 _POOL = 4                       # side streams 1..4, handed out round robin

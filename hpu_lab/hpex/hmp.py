@@ -28,7 +28,7 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-from ._common import in_device_kernel
+from ..kernels._common import in_device_kernel
 from ..ops import in_meta_kernel
 
 DEPRECATION = ("Habana Mixed Precision (HMP) module is deprecated and will be removed in version 1.13.0.\n"

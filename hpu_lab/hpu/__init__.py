@@ -2,7 +2,7 @@
 
 Device queries, synchronize and autocast here; as in the real package, the rest is in submodules
 re-exported at the end: ``memory``, ``random``, ``streams``, ``events``, ``graphs`` (HPU Graphs,
-implemented in ``hpu_lab/graphs/``, and ``TensorPacker``) and ``metrics`` (``hpu_lab.metrics``).
+implemented in ``hpu_lab/graphs/``, and ``TensorPacker``) and ``metrics`` (``hpu_lab.observe.metrics``).
 """
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ def synchronize(device=None) -> None:
     _sync("torch.hpu.synchronize()")
 
 
-# ---- autocast (habana_frameworks.torch.hpu); the kernels and op lists are in hpu_lab/amp.py ----
+# ---- autocast (habana_frameworks.torch.hpu); the kernels and op lists are in hpu_lab/kernels/amp.py ----
 
 def get_amp_supported_dtype():
     """What torch.autocast("hpu", dtype=...) accepts (torch asks the device module)."""
@@ -214,7 +214,7 @@ def get_dynamic_shape_status() -> bool:
 
 # ---- the submodules, as in the real package (``from habana_frameworks.torch.hpu import random``);
 # graphs, streams and events last: they need the lazy runtime
-from .. import metrics  # noqa: E402,F401  (habana_frameworks.torch.hpu.metrics)
+from ..observe import metrics  # noqa: E402,F401  (habana_frameworks.torch.hpu.metrics)
 from .memory import *  # noqa: E402,F401,F403
 from .random import *  # noqa: E402,F401,F403
 from .streams import *  # noqa: E402,F401,F403

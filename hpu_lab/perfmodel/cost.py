@@ -156,7 +156,7 @@ def _is_float_cast(n) -> bool:
 def _mme_dtype(n, by_index) -> str:
     """The dtype an MME node multiplies in: its own, unless both operands were cast up to it from a
     narrower float type (the MME converts on load). torch._scaled_mm on hpu is fp8 operands cast to
-    float32 and a float32 mm (hpu_lab/scaled_mm.py): on a Gaudi that is one FP8 GEMM, at the FP8
+    float32 and a float32 mm (hpu_lab/kernels/scaled_mm.py): on a Gaudi that is one FP8 GEMM, at the FP8
     rate, not a float32 one."""
     own = n.dtype or "float32"
 

@@ -26,7 +26,7 @@ from typing import List, Optional
 from .. import events as ev
 from .. import lazy
 from ..compiler import build, passes
-from ..graph import PendingGraph
+from ..compiler.graph import PendingGraph
 from ..runtime import memory
 from ..runtime.executor import DeviceError, Launch
 from ..tensor import Inp, Out

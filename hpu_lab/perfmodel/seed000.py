@@ -16,7 +16,7 @@ def seed_modes():
     """Seed 000's MNIST training step in the seed's three modes, ``{mode: step(data, target)}``,
     each on its own freshly built model: lazy mode, make_graphed_callables, capture and replay."""
     import torch
-    from ..examples import Net, capture_train_step, train_step
+    from ..lab.examples import Net, capture_train_step, train_step
 
     def build(mode):
         torch.manual_seed(0)

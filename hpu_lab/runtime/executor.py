@@ -24,7 +24,7 @@ class DeviceError(RuntimeError):
 class DeviceMode:
     """Floating-point modes of the device's kernels that torch sets per thread, on the user's thread
     only (so the device's worker must be told): ``flush_denormal``, as torch.set_flush_denormal last
-    set it (run_settings.py keeps it). A worker thread starts with the floating-point state of the
+    set it (integration/run_settings.py keeps it). A worker thread starts with the floating-point state of the
     thread that created it, whatever it was then."""
     flush_denormal = False
 
@@ -60,7 +60,7 @@ class Launch:
 
 
 class Copy(Launch):
-    """A host-to-device copy queued on a stream (transfers.py): a host function in stream order
+    """A host-to-device copy queued on a stream (runtime/transfers.py): a host function in stream order
     whose output is a device buffer; a sync or a recipe that reads it waits for it by its id
     (``HostSync.launch_id``, ``Launch.waits_for``), as for a recipe's launch."""
     __slots__ = ()
@@ -236,7 +236,7 @@ def _mismatch(recipe, k, t, w, srcs):
     if built is not None and now is not built:
         # not the shape inference: the kernels read torch's default dtype (a factory's, an integer
         # tensor's true division) when they run, and it changed after the graph was built. torch's
-        # setters first run what was traced (run_settings.py) and a replay under another default is
+        # setters first run what was traced (integration/run_settings.py) and a replay under another default is
         # refused (graphs/recording.py): only a change behind their backs (torch._C) gets here
         built, now = str(built).replace("torch.", ""), str(now).replace("torch.", "")
         why = (f"the graph was built while torch's default dtype was {built}, and it ran after the default "

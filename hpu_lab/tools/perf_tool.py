@@ -2,7 +2,7 @@
 
 The real tool scans the log files written for TensorBoard and prints the metrics it measures, then
 specific guidance (increase the batch size, ...). This one reads the Chrome trace hpu_lab's profiler
-writes (``hpu_lab.profiler.export_chrome_trace``: the Gaudi clock by default, or ``clock="measured"``):
+writes (``hpu_lab.observe.profiler.export_chrome_trace``: the Gaudi clock by default, or ``clock="measured"``):
 every hpu_lab event is in it, its fields in ``args``, its times in ``ts``/``dur`` (µs) and its lane in
 the thread's name. The events are rebuilt from the file and given to the advisor's rule set
 (hpu_lab.perfmodel.advice, the panels' Advice tab's rules), the window measured on the trace's own
@@ -99,7 +99,7 @@ def events_of(trace: dict, path: str = "trace") -> List[ev.Event]:
             raise TraceError(f"{path!r}: a {r['cat']} event does not fit hpu_lab's events: {e}") from None
     if not out:
         raise TraceError(f"{path!r} holds no hpu_lab events (write one with "
-                         "hpu_lab.profiler.export_chrome_trace)")
+                         "hpu_lab.observe.profiler.export_chrome_trace)")
     return sorted(out, key=lambda e: (e.t_start, e.t_end))
 
 
@@ -196,7 +196,7 @@ def report(path: str) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog=PROG, description="Scan an hpu_lab Chrome trace (hpu_lab.profiler."
+    p = argparse.ArgumentParser(prog=PROG, description="Scan an hpu_lab Chrome trace (hpu_lab.observe.profiler."
                                 "export_chrome_trace), list its metrics and give optimization guidance.")
     p.add_argument("--trace", required=True, metavar="FILE", help="the trace JSON file to scan")
     args = p.parse_args(argv)

@@ -2,10 +2,11 @@
 (section 4) in a fresh process: the bridge reads PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST and
 PT_HPU_AUTOCAST_FP32_OPS_LIST (files, one op a line) once, at import. Prints the lists it read, the
 dtype each op ran in and the ops that fell back to the CPU, as one JSON object, the last line of its
-output (hpu_lab/fresh.py). Edit it and re-run the cell."""
+output (hpu_lab/lab/fresh.py). Edit it and re-run the cell."""
 import json, torch
 import hpu_lab, hpu_lab.core as htcore
-from hpu_lab import amp, events as ev
+from hpu_lab.kernels import amp
+from hpu_lab import events as ev
 
 torch.manual_seed(0)
 x, w = torch.randn(8, 16).to("hpu"), torch.randn(4, 16).to("hpu")

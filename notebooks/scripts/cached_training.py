@@ -5,7 +5,8 @@ its output. Usage: python cached_training.py <width>. Edit it and re-run the cel
 import json, sys, threading
 import torch, torch.nn as nn, torch.nn.functional as F
 import hpu_lab, hpu_lab.core as htcore
-from hpu_lab import disk_cache, events as ev
+from hpu_lab.compiler import disk_cache
+from hpu_lab import events as ev
 
 width = int(sys.argv[1])
 torch.manual_seed(0)

@@ -1,5 +1,5 @@
 """What every fresh-process script of notebook 01 (01_theory_of_operations) starts with: the imports,
-`report` (prints the counts as one JSON object, the last line of output: hpu_lab/fresh.py) and
+`report` (prints the counts as one JSON object, the last line of output: hpu_lab/lab/fresh.py) and
 section 1's 5-op forward pass with its inputs. The scripts beside it import it."""
 import json, torch, torch.nn as nn, torch.nn.functional as F
 import hpu_lab, hpu_lab.core as htcore

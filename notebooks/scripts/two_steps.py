@@ -1,12 +1,12 @@
 """Two training steps of notebook 06's loop: run by 06_accelerating_training (section 1) in a fresh
 process, once with PT_HPU_LAZY_MODE=0 and once with 1 (the bridge reads it once, before its import).
-Prints its counts as one JSON object, the last line of its output (hpu_lab/fresh.py). Edit it and
+Prints its counts as one JSON object, the last line of its output (hpu_lab/lab/fresh.py). Edit it and
 re-run the cell."""
 import json, torch, torch.nn.functional as F
 import hpu_lab, hpu_lab.core as htcore
 from hpu_lab import events as ev
-from hpu_lab.data import MNISTLike
-from hpu_lab.examples import Net      # seed 000's model, as in notebook 06
+from hpu_lab.lab.data import MNISTLike
+from hpu_lab.lab.examples import Net      # seed 000's model, as in notebook 06
 
 torch.manual_seed(0)
 model = Net().to("hpu")

@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader
 import habana_frameworks.torch as ht
 import habana_frameworks.torch.core as htcore
 
-from hpu_lab.data import MNISTLike      # stands for torchvision's MNIST (no download here)
+from hpu_lab.lab.data import MNISTLike      # stands for torchvision's MNIST (no download here)
 
 device = "cpu" if "--cpu" in sys.argv else "hpu"
 

@@ -2,7 +2,7 @@
 
 Run on hpu_lab:   python -m hpu_lab run tests/compat/mnist_hello_world.py --hpu
 Same on the CPU:  python -m hpu_lab run tests/compat/mnist_hello_world.py
-(torchvision's MNIST download is replaced by hpu_lab.data.MNISTLike: the only change.)
+(torchvision's MNIST download is replaced by hpu_lab.lab.data.MNISTLike: the only change.)
 """
 from __future__ import print_function
 
@@ -18,7 +18,7 @@ from torch.optim.lr_scheduler import StepLR
 import habana_frameworks.torch.core as htcore
 import habana_frameworks.torch.utils.debug as htdebug  # noqa: F401  (imported by the real example)
 
-from hpu_lab.data import MNISTLike
+from hpu_lab.lab.data import MNISTLike
 
 
 class Net(nn.Module):

@@ -28,7 +28,7 @@ import math
 
 import torch
 
-from .._common import define
+from ...kernels._common import define
 
 __all__ = ["FusedSDPA"]
 

@@ -1,5 +1,5 @@
 """hpex RotaryPosEmbeddingHelperV1/V2/V3 and apply_rotary_pos_emb: RoPE as the fused kernel
-``torch.ops.hpu.rotary_pos_embedding`` (hpu_lab/custom_ops.py), with the bridge's dtype rule: if any of
+``torch.ops.hpu.rotary_pos_embedding`` (hpu_lab/kernels/custom_ops.py), with the bridge's dtype rule: if any of
 input, cos, sin is float32 all are computed in float32, else cos and sin take the input's dtype."""
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """hpex.movingavrg.FusedEMA: an exponential moving average of a model's weights, updated by one fused
-``torch.ops.hpu.optimizer_ema`` node over the whole state dict (hpu_lab/custom_ops.py):
+``torch.ops.hpu.optimizer_ema`` node over the whole state dict (hpu_lab/kernels/custom_ops.py):
 ``ema = d * ema + (1 - d) * model`` for floating-point entries, with the decay ramp
 ``d = decay * (1 - exp(-updates / 2000))`` of YOLO-style EMA, which the bridge's FusedEMA uses."""
 from __future__ import annotations

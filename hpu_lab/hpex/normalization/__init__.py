@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from .._common import define, mark_step_if_lazy
+from ...kernels._common import define, mark_step_if_lazy
 
 __all__ = ["FusedClipNorm"]
 

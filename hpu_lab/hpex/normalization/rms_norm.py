@@ -1,6 +1,6 @@
 """hpex FusedRMSNorm: ``FusedRMSNorm.apply(x, gamma, eps, use_stages=True, bwd_mode=0, fast_math=False)``,
 one ``torch.ops.hpu.rms_norm`` node forward and one ``rms_norm_backward`` node backward
-(hpu_lab/custom_ops.py). ``use_stages``, ``bwd_mode`` choose among the real kernel's backward TPC
+(hpu_lab/kernels/custom_ops.py). ``use_stages``, ``bwd_mode`` choose among the real kernel's backward TPC
 implementations and ``fast_math`` its approximate variant: the same exact result here."""
 from __future__ import annotations
 

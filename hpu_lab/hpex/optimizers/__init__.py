@@ -20,7 +20,7 @@ import torch
 from torch.optim import Optimizer
 from torch.optim.optimizer import required
 
-from .._common import define, mark_step_if_lazy
+from ...kernels._common import define, mark_step_if_lazy
 
 __all__ = ["FusedAdagrad", "FusedAdamW", "FusedLamb", "FusedSGD"]
 

@@ -48,7 +48,7 @@ def _card_main(argv) -> None:
     import hpu_lab.core as htcore
     from hpu_lab.distributed.fast_ddp import all_reduce_gradients
     from hpu_lab.distributed.hccl import initialize_distributed_hpu
-    from hpu_lab.metrics import metric_localcontext
+    from hpu_lab.observe.metrics import metric_localcontext
 
     world_size, rank, _ = initialize_distributed_hpu()
     dist.init_process_group("hccl", rank=rank, world_size=world_size)

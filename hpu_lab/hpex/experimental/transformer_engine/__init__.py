@@ -3,7 +3,7 @@
 Intel's Transformer Engine for Gaudi 2/3, as far as hpu_lab's fp8 ops reach: ``te.Linear``,
 ``te.fp8_autocast``, ``te.recipe`` (``Format``, ``DelayedScaling``) and ``te.fp8``
 (``is_fp8_available``, ``is_fp8_enabled``). The GEMMs run through ``torch.ops.hpu.cast_to_fp8_v2`` and
-``fp8_gemm_v2`` (hpu_lab/fp8_ops.py); see linear.py for the computation. Other TE modules
+``fp8_gemm_v2`` (hpu_lab/kernels/fp8_ops.py); see linear.py for the computation. Other TE modules
 (LayerNormLinear, LayerNormMLP, the fp8 attention of ``te.FusedAttention``) are not emulated:
 using one raises AttributeError naming it.
 """

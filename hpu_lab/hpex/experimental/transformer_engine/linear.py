@@ -32,7 +32,7 @@ from .recipe import DelayedScaling
 
 
 def _fp8_max(dtype) -> float:
-    from ....fp8_ops import fp8_max
+    from ....kernels.fp8_ops import fp8_max
     return fp8_max(dtype)
 
 

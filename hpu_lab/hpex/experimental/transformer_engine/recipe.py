@@ -5,7 +5,7 @@ in both passes, ``HYBRID`` E4M3 in the forward pass and E5M2 for the gradients o
 ``DelayedScaling`` keeps, per fp8 tensor, a history of its absolute maxima (amax) and scales it by
 ``fp8_max / amax / 2**margin`` from that history ("max" of the window, or the "most_recent"), so a
 step is cast with a scale computed from the steps before it. ``fp8_max`` is the card's: 240 for
-E4M3 on Gaudi 2, 448 on Gaudi 3, 57344 for E5M2 (hpu_lab.fp8_ops.fp8_max).
+E4M3 on Gaudi 2, 448 on Gaudi 3, 57344 for E5M2 (hpu_lab.kernels.fp8_ops.fp8_max).
 """
 from __future__ import annotations
 
