@@ -1,6 +1,6 @@
 """hpu_lab's folders are stages in import order: a folder imports only folders of its own stage or
 an earlier one (docs/ARCHITECTURE.md, "The folders"). Built on test_import_graph's view of the
-package's source (``ast``, no import executed)."""
+package's source (``ast``, no import executed). Also: no module over 600 lines."""
 import os
 
 import pytest
@@ -106,3 +106,8 @@ def test_a_deferred_import_of_a_later_folder_says_why():
 def test_the_order_check_finds_a_late_import(edge, late):
     assert bool(_late([edge])) is late
 
+
+def test_no_module_is_over_600_lines():
+    sizes = {m: sum(1 for _ in open(path, encoding="utf-8")) for m, (path, _) in MODULES.items()}
+    big = {m: n for m, n in sizes.items() if n > 600}
+    assert big == {}, f"modules over 600 lines (split each by idea): {big}"

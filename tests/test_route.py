@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import hpu_lab.core as htcore
-from hpu_lab import events as ev, lazy
+from hpu_lab import config, events as ev, lazy
 from hpu_lab.dispatch import host_ops, route, special_ops, view_ops
 
 aten = torch.ops.aten
@@ -65,10 +65,10 @@ def test_removing_a_handle_puts_back_the_handler_it_replaced():
 
 def test_the_fallback_checks_follow_the_configuration(monkeypatch):
     monkeypatch.setenv("PT_HPU_PLACE_ON_CPU", "aten::sin")
-    lazy.config.reload()
+    config.reload()
     assert route.resolve(aten.sin.default) is not lazy.functional_op      # the fallback check
     monkeypatch.delenv("PT_HPU_PLACE_ON_CPU")
-    lazy.config.reload()
+    config.reload()
     assert route.resolve(aten.sin.default) is lazy.functional_op
 
 
