@@ -1,6 +1,7 @@
 """hpu_lab's folders are stages in import order: a folder imports only folders of its own stage or
 an earlier one (docs/ARCHITECTURE.md, "The folders"). Built on test_import_graph's view of the
 package's source (``ast``, no import executed). Also: no module over 600 lines."""
+import ast
 import os
 
 import pytest
@@ -111,3 +112,30 @@ def test_no_module_is_over_600_lines():
     sizes = {m: sum(1 for _ in open(path, encoding="utf-8")) for m, (path, _) in MODULES.items()}
     big = {m: n for m, n in sizes.items() if n > 600}
     assert big == {}, f"modules over 600 lines (split each by idea): {big}"
+
+
+def _plugins():
+    """``hpu_lab/__init__.py``'s _PLUGINS table, read from its source."""
+    path, _ = MODULES["hpu_lab"]
+    tree = ast.parse(open(path, encoding="utf-8").read(), path)
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "_PLUGINS" for t in node.targets):
+            return ast.literal_eval(node.value)
+    raise AssertionError("hpu_lab/__init__.py has no _PLUGINS table")
+
+
+def test_every_plugin_is_in_the_table_and_every_entry_exists():
+    table = {f"hpu_lab.{m}": fn for m, fn in _plugins()}
+    missing = set(table) - set(MODULES)
+    assert missing == set(), f"_PLUGINS names modules that do not exist: {sorted(missing)}"
+    for m, fn in table.items():
+        if fn is not None:
+            path, _ = MODULES[m]
+            defs = {n.name for n in ast.parse(open(path, encoding="utf-8").read()).body
+                    if isinstance(n, ast.FunctionDef)}
+            assert fn in defs, f"{m} has no {fn}() for _PLUGINS to call"
+    # a kernel is a plug-in: its module is in the table, or a plug-in imports it
+    imported = {i for m in table for i, _, _ in _imports(m)}
+    kernels = {m for m in MODULES if m.startswith("hpu_lab.kernels.")}
+    assert kernels - set(table) - imported == set(), \
+        f"kernels/ modules nothing registers (add them to _PLUGINS): {sorted(kernels - set(table) - imported)}"

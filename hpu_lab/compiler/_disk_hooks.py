@@ -15,3 +15,11 @@ def lookup(key, nodes, externals, outs, site):
 def store(recipe):
     from .disk_cache import store
     store(recipe)
+
+
+def install() -> None:
+    """Recipes shared across processes: ``compiler.find`` asks the disk after a miss in memory, and
+    hands it each new recipe."""
+    from . import find
+    find.add_lookup(lookup)
+    find.on_compile(store)
