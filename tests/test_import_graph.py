@@ -122,10 +122,56 @@ def test_the_cycle_finder_finds_a_cycle():
 
 def _foreign_writes(name):
     """Assignments in ``name`` to an attribute of another hpu_lab module's global state: to
-    ``lazy.S.<attr>`` (or ``S.<attr>`` with S taken from lazy), to a module's global
-    (``lazy.flush = ...``), or into the special-op table (``SPECIAL[...] = ...``)."""
+    ``lazy.S.<attr>`` (or ``S.<attr>`` with S taken from lazy), to any module's global or what it
+    holds (``lazy.flush = ...``, ``tensor._dispatch = ...``, ``ev.recorder.step += 1``), or into the
+    special-op table (``SPECIAL[...] = ...``). The owner offers a named setter instead."""
     path, _ = MODULES[name]
     tree = ast.parse(open(path, encoding="utf-8").read(), path)
+    found = _foreign_writes_of(name, tree)
+    own = {line for _, line, _ in found}
+    for line, what in _module_attribute_writes(name, tree):
+        if line not in own:
+            found.append((name, line, what))
+    return found
+
+
+def _module_attribute_writes(name, tree):
+    """(line, target) of each assignment to an attribute reached from another hpu_lab module."""
+    is_pkg = MODULES[name][1]
+    package = name if is_pkg else name.rpartition(".")[0]
+    mods = set()            # local names bound to hpu_lab modules
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name in MODULES and a.name != name:
+                    mods.add(a.asname or a.name.split(".")[0])
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = ".".join(base[:len(base) - node.level + 1] + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            for a in node.names:
+                if f"{base}.{a.name}" in MODULES and f"{base}.{a.name}" != name:
+                    mods.add(a.asname or a.name)
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            targets = [t for tgt in node.targets for t in (tgt.elts if isinstance(tgt, ast.Tuple) else [tgt])]
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        else:
+            continue
+        for t in targets:
+            root = t
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if isinstance(t, ast.Attribute) and isinstance(root, ast.Name) and root.id in mods:
+                out.append((node.lineno, ast.unparse(t)))
+    return out
+
+
+def _foreign_writes_of(name, tree):
     modules = {}            # local name -> hpu_lab module it names
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.level or \
@@ -204,7 +250,10 @@ def test_only_lazy_writes_its_state_and_only_the_router_its_table():
                                  "from . import lazy\nlazy.flush = print\n",
                                  "from . import route\nroute._special[1] = 2\n",
                                  "from . import lazy as _lazy\n_lazy.S.step_closures.append(1)\n",
-                                 "from . import lazy as _lazy\n_lazy._compile_hooks.append(1)\n"])
+                                 "from . import lazy as _lazy\n_lazy._compile_hooks.append(1)\n",
+                                 "from . import tensor\ntensor._dispatch = print\n",
+                                 "from . import events as ev\nev.recorder.step += 1\n",
+                                 "from .runtime import executor\nexecutor.DeviceMode.flush_denormal = True\n"])
 def test_the_writer_check_finds_a_foreign_write(src, tmp_path, monkeypatch):
     p = tmp_path / "m.py"
     p.write_text(src)

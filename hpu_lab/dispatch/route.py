@@ -166,7 +166,7 @@ config.on_change(_on_config_change)
 
 def _install():
     from .. import tensor
-    tensor._dispatch = dispatch
+    tensor.set_dispatch(dispatch)
 
 
 _install()

@@ -91,6 +91,17 @@ def use(rec):
         _bind(old)
 
 
+def next_step() -> int:
+    """A mark_step happened: events from now on belong to the next step (returns it)."""
+    recorder.step += 1
+    return recorder.step
+
+
+def set_step(step: int) -> None:
+    """Put the step counter back (perfmodel.estimate, after tracing a program it never ran)."""
+    recorder.step = step
+
+
 def _read_log(self) -> list:
     recorder.flush()                     # what is kept but not yet handed over first
     return self.log.read()

@@ -59,7 +59,7 @@ def _flush_changes(mode) -> bool:
 def _flush_set(supported: bool, mode) -> None:
     # torch sets the mode for the calling thread only: the device's worker follows it (executor.Launch)
     if supported:
-        executor.DeviceMode.flush_denormal = mode
+        executor.set_flush_denormal(mode)
 
 
 def flushes_denormals() -> bool:
@@ -126,7 +126,7 @@ def install() -> None:
     """Idempotent: wrap torch's setters once."""
     if _originals:
         return
-    executor.DeviceMode.flush_denormal = flushes_denormals()     # set before hpu_lab was imported, maybe
+    executor.set_flush_denormal(flushes_denormals())     # set before hpu_lab was imported, maybe
     for name, changes in _SETTERS.items():
         orig = _originals[name] = getattr(torch, name)
         setattr(torch, name, _wrap(name, orig, changes, _AFTER.get(name)))

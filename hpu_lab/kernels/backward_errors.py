@@ -130,7 +130,7 @@ def _drain_workers() -> None:
 def install() -> None:
     """Idempotent: wrap hpu_lab's dispatch and torch's backward entry point."""
     if not hasattr(_tensor._dispatch, "inner"):
-        _tensor._dispatch = _guard(_tensor._dispatch)
+        _tensor.set_dispatch(_guard(_tensor._dispatch))
     for mod in (torch.autograd.graph, torch.autograd):
         if not hasattr(mod._engine_run_backward, "inner"):
             mod._engine_run_backward = _run_backward_raising_kept(mod._engine_run_backward)

@@ -268,7 +268,7 @@ def mark_step(device_str: str = "", sync: bool = False):
     t0 = ev.now()
     n = len(S.pg)
     launch = flush("mark_step", src)
-    ev.recorder.step += 1
+    ev.next_step()
     ev.emit(ev.MarkStep(t0, ev.now(), "host", ev.recorder.step - 1, src=src, pending_nodes=n))
     closures, S.step_closures = S.step_closures, []
     if sync and launch is not None:
@@ -289,9 +289,7 @@ def _set_reason(reason: str) -> None:
 
 def _install():
     from .. import tensor
-    tensor._to_cpu = to_cpu
-    tensor._read_item = read_item
-    tensor._set_reason = _set_reason
+    tensor.set_host_reads(to_cpu, read_item, _set_reason)
 
 
 _install()

@@ -220,7 +220,7 @@ def trace(fn, args, kwargs, card: Card, fusion: bool = True, host=None) -> Estim
                 del result
             finally:
                 _sync_points = None
-                ev.recorder.step = old_step
+                ev.set_step(old_step)
                 for st, value in saved.values():
                     st.value = value
                 for w in pg.written:

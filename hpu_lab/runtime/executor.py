@@ -29,6 +29,11 @@ class DeviceMode:
     flush_denormal = False
 
 
+def set_flush_denormal(mode: bool) -> None:
+    """The device's kernels flush denormals from the next launch on (torch.set_flush_denormal)."""
+    DeviceMode.flush_denormal = mode
+
+
 class Launch:
     __slots__ = ("id", "recipe", "inputs", "outputs", "done", "error", "stream", "srcs", "threads", "flush",
                  "__weakref__")

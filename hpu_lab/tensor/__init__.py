@@ -300,16 +300,29 @@ HPU_CLASSES = (HPUTensor, HPUParameter)   # the classes of hpu tensors (for `typ
 VIEW_KEYS = frozenset(("_st", "_size", "_stride", "_offset", "_rc"))   # an HPUTensor's own view of its storage
 _EMPTY: dict = {}
 _ZERO_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.ZeroTensor)
-_dispatch = None       # set by hpu_lab.lazy: the active mode's dispatch function
-_to_cpu = None         # set by hpu_lab.lazy
-_read_item = None      # set by hpu_lab.lazy
-_set_reason = None     # set by hpu_lab.lazy
+_dispatch = None       # the router's dispatch (set_dispatch: dispatch/route.py, wrapped by kernels/backward_errors.py)
+_to_cpu = None         # lazy's host reads (set_host_reads: lazy/flushing.py)
+_read_item = None
+_set_reason = None
 _reduce = None         # set by hpu_lab.integration.serialization: how torch.save writes an hpu tensor
 
 
 def set_reduce(fn) -> None:
     global _reduce
     _reduce = fn
+
+
+def set_dispatch(fn) -> None:
+    """``fn(func, args, kwargs)`` receives every aten op on an HPUTensor (``__torch_dispatch__``)."""
+    global _dispatch
+    _dispatch = fn
+
+
+def set_host_reads(to_cpu, read_item, set_reason) -> None:
+    """What printing, ``.tolist()``, ``.item()`` and ``bool()`` of an HPUTensor call: lazy's host
+    syncs (the tensor cannot import lazy, which imports it)."""
+    global _to_cpu, _read_item, _set_reason
+    _to_cpu, _read_item, _set_reason = to_cpu, read_item, set_reason
 
 
 _dispatch_modes = torch._C._len_torch_dispatch_stack
