@@ -5,6 +5,8 @@ like on whatever machine runs it. One module a section, each runnable alone
 (``python -m hpu_lab.bench lazy graphs``, or ``python -m hpu_lab.bench.graphs --steps 10``):
 
 - imports (imports.py): fresh-process time of ``import torch`` and of ``import hpu_lab`` on top.
+- recorder (recorder.py): the event recorder's cost per event on a lazy loop of small ops, the fast
+  recorder and the reference one, against the same loop with nobody listening.
 - host_clock (host_clock.py): the Gaudi clock's modeled host lane on seed 000's three modes (the
   seed's host times as ratios) and the end-to-end rows (whole HF Trainer runs, the whole clock).
 - lazy (accumulation.py): host cost per op of a 40-op elementwise chain, hpu lazy mode (recording
@@ -26,6 +28,7 @@ import torch
 
 SECTIONS = {
     "imports": ("hpu_lab.bench.imports", "main"),
+    "recorder": ("hpu_lab.bench.recorder", "main"),
     "host_clock": ("hpu_lab.bench.host_clock", "main"),
     "lazy": ("hpu_lab.bench.accumulation", "main"),
     "graphs": ("hpu_lab.bench.graphs", "main"),
