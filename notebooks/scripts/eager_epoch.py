@@ -1,18 +1,11 @@
 """One epoch of notebook 00's training loop in eager mode: run by 00_start_here (section 5) in a fresh
 process with PT_HPU_LAZY_MODE=0, which the bridge reads once, before its import. Prints its counts
 as one JSON object, the last line of its output (hpu_lab/lab/fresh.py). Edit it and re-run the cell."""
-import json, torch, torch.nn as nn, torch.nn.functional as F
+import json, torch, torch.nn.functional as F
 import hpu_lab, hpu_lab.core as htcore
 from hpu_lab import events as ev
 from hpu_lab.lab.data import MNISTLike
-
-class Net(nn.Module):                 # seed 000's model, as in notebook 00
-    def __init__(self):
-        super().__init__()
-        self.fc1, self.fc2, self.dropout = nn.Linear(784, 128), nn.Linear(128, 10), nn.Dropout(0.5)
-    def forward(self, x):
-        x = self.dropout(F.relu(self.fc1(torch.flatten(x, 1))))
-        return F.log_softmax(self.fc2(x), dim=1)
+from hpu_lab.lab.examples import Net    # seed 000's model, as in notebook 00
 
 torch.manual_seed(0)
 model = Net().to("hpu")

@@ -1,24 +1,7 @@
 """Notebook 01, section 3: seed 000's model under torch.compile(backend="hpu_backend"), the loss outside
 it, in an eager-mode process (PT_HPU_LAZY_MODE=0)."""
-from theory_prelude import F, ev, nn, report, torch
-
-
-class Net(nn.Module):                 # the model of seed 000, verbatim
-    def __init__(self):
-        super(Net, self).__init__()
-        self.fc1 = nn.Linear(784, 128)
-        self.fc2 = nn.Linear(128, 10)
-        self.dropout = nn.Dropout(0.5)
-
-    def forward(self, x):
-        x = torch.flatten(x, 1)
-        x = self.fc1(x)
-        x = F.relu(x)
-        x = self.dropout(x)
-        x = self.fc2(x)
-        output = F.log_softmax(x, dim=1)
-        return output
-
+from theory_prelude import F, ev, report, torch
+from hpu_lab.lab.examples import Net    # the model of seed 000, verbatim
 
 model = Net().to("hpu").eval()            # eval: no dropout noise
 compiled = torch.compile(model, backend="hpu_backend")
