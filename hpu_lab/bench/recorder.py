@@ -73,6 +73,7 @@ def main(ops: int = 2000, repeats: int = 9) -> dict:
           f"{per_fast / 1e3:6.2f} us per event ({n_fast:.0f} op events)")
     print(f"reference recorder:   {statistics.median(times['reference']) / ops / 1e3:7.2f} us / op, "
           f"{per_ref / 1e3:6.2f} us per event ({n_ref:.0f} op events)")
+    assert n_fast == n_ref, (n_fast, n_ref)          # both recorders saw the same ops
     return {"ops": ops, "quiet_ns_per_op": quiet / ops, "fast_ns_per_event": per_fast,
             "reference_ns_per_event": per_ref, "events": n_fast}
 
