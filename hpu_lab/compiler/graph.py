@@ -12,7 +12,7 @@ import weakref
 
 import torch
 
-from ..tensor import Inp, Out, Storage
+from ..tensor import Inp, Out, Storage, storage_extent
 
 
 # ---- helpers used as graph ops (module level, so a recipe can be pickled to the disk cache) ----
@@ -71,7 +71,7 @@ def as_dtype(base, base_stride, dtype, n):
     """The bytes of a storage whose value is ``base``, as ``n`` elements of ``dtype`` (its memory in
     address order: ``Tensor.view(dtype)``, dispatch/dtype_views.py)."""
     b = _layout_ok(base, base_stride)
-    flat = b.as_strided((_extent(b.shape, base_stride),), (1,), 0).view(torch.uint8)
+    flat = b.as_strided((storage_extent(tuple(b.shape), tuple(base_stride)),), (1,), 0).view(torch.uint8)
     return flat[:n * torch.empty((), dtype=dtype).element_size()].view(dtype)
 
 
@@ -79,21 +79,12 @@ def from_dtype(flat, old, size, stride, dtype):
     """A storage's value (size, stride, dtype) whose bytes are ``flat``'s (a value of ``as_dtype``),
     and, past them, ``old``'s (None when ``flat`` covers every byte)."""
     b = flat.view(torch.uint8)
-    n = _extent(size, stride)
+    n = storage_extent(tuple(size), tuple(stride))
     if old is not None:
         whole = _layout_ok(old, stride).as_strided((n,), (1,), 0).view(torch.uint8).clone()
         whole[:b.numel()] = b
         b = whole
     return b.view(dtype).as_strided(size, stride, 0)
-
-
-def _extent(size, stride):
-    n = 1
-    for s, st in zip(size, stride):
-        if s == 0:
-            return 0
-        n += (s - 1) * st
-    return n
 
 
 def restride(v, size, stride):
