@@ -164,6 +164,31 @@ def test_reason_compares_with_the_nearest_graph_of_the_same_line(collect):
     assert "shape changed (8, 4) -> (5, 4)" in reasons[2]       # not a diff against the optimizer
 
 
+
+def test_a_different_graph_that_also_starts_with_a_view_is_a_first_compile(collect):
+    """Notebook 06 section 5: after lazy epochs, the first step of a ModuleCacher'd model cuts at the
+    backward's mark_step line a small graph of its own (the bias gradients' views and clones), and it was
+    reported as "input 0 shape changed (200, 1, 28, 28) -> (1, 128)" against the lazy forward+backward
+    graph of that line, only because both graphs read their first input through a view."""
+    w = torch.randn(16, 4).to("hpu")
+
+    def step():                                         # the same mark_step line for both graphs
+        htcore.mark_step()
+
+    x = torch.randn(8, 4, 4).to("hpu")
+    y = (x.flatten(1) @ w).relu().sum()                 # starts with a view, then mm, relu, sum: 2 inputs
+    step()
+    g = torch.randn(1, 16).to("hpu")
+    b = g.view(16).clone()                              # starts with a view, then clone: 1 input
+    step()
+    x2 = torch.randn(5, 4, 4).to("hpu")
+    y2 = (x2.flatten(1) @ w).relu().sum()               # the first graph again, another batch: a recompile
+    step()
+    reasons = [c.reason for c in collect.of(ev.Compile)]
+    assert reasons[:2] == ["first compile", "first compile"], reasons
+    assert len(reasons) == 3 and "input 0 shape changed (8, 4, 4) -> (5, 4, 4)" in reasons[2], reasons
+
+
 def test_graph_visualization_dumps_each_compiled_graph(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     hpu_lab.config.set(GRAPH_VISUALIZATION="true")

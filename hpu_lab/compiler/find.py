@@ -66,10 +66,17 @@ def get_recipe(key, nodes, externals, outs, site):
 
 
 def _unrelated(a, b) -> bool:
-    """No op in common at the start and a different number of inputs: a different graph."""
+    """No op in common at the start and a different number of inputs: a different graph. Leading
+    views are not compared: a graph reads an input through one whatever it computes (a flatten, a
+    gradient's reshape), so two unrelated graphs of one line can both start with one."""
     (ain, anodes), (bin_, bnodes) = a, b
-    first_same = bool(anodes) and bool(bnodes) and anodes[0][0] == bnodes[0][0]
+    aop, bop = _first_compute_op(anodes), _first_compute_op(bnodes)
+    first_same = aop is not None and aop == bop
     return not first_same and len(ain) != len(bin_)
+
+
+def _first_compute_op(nodes):
+    return next((n[0] for n in nodes if n[0] != "view"), None)
 
 
 def _find_elsewhere(key, nodes, externals, outs, site):
