@@ -165,3 +165,36 @@ def test_retimed_copies_are_not_tracked_by_the_garbage_collector():
     r = pm.retime(c.events, "gaudi2")
     assert len(r.events) == len(c.events)
     assert r.events and not [e for e in r.events if gc.is_tracked(e)]
+
+
+def _host_lane_copies(non_blocking, nbytes, card):
+    """One pinned copy of ``nbytes`` recorded and re-timed on ``card``: (host-lane ns spent in it, the
+    step's host ns), as notebook 06 section 9 reads them."""
+    x = torch.zeros(nbytes // 4).pin_memory()
+    torch.hpu.synchronize()
+    with ev.Collector() as c:
+        y = x.to(HPU, non_blocking=non_blocking)
+        torch.hpu.synchronize()
+    del y
+    r = pm.retime(c.events, card)
+    spent = sum(e.duration_ns for e in r.events
+                if e.lane == "host" and isinstance(e, (ev.HostToDevice, ev.CopyQueued)))
+    return spent, c
+
+
+@pytest.mark.parametrize("card", sorted(pm.DEVICES))
+def test_a_queued_copy_costs_the_host_its_submission_and_a_blocking_one_its_transfer(card):
+    # the bridge's pinned non_blocking H2D copy still runs its bookkeeping and synMemCopyAsync on the host
+    # (docs/gaudi_clock.md, "The host lane"): copy_queue_ns, on every card, whatever the size; a blocking
+    # copy holds the host for the modeled transfer (set-up + bytes over the host link)
+    c = pm.card(card)
+    for nbytes in (1024, 12 * MB):
+        queued, rq = _host_lane_copies(True, nbytes, card)
+        held, rb = _host_lane_copies(False, nbytes, card)
+        assert len(rq.of(ev.CopyQueued)) == 1 and rb.of(ev.CopyQueued) == []
+        assert queued == pm.HOST.copy_queue_ns > 0
+        assert held == cost.copy_ns(nbytes, c, pinned=True)
+    # so a queued 1 KB copy saves the host almost nothing (its transfer is mostly the DMA set-up), and a
+    # 12 MB one nearly all of its transfer
+    assert cost.copy_ns(1024, c, pinned=True) - pm.HOST.copy_queue_ns < 1_000     # ns
+    assert cost.copy_ns(12 * MB, c, pinned=True) - pm.HOST.copy_queue_ns > 0.9 * cost.copy_ns(12 * MB, c, pinned=True)

@@ -124,7 +124,14 @@ NOTES = {
                  "each input and output tensor in flight and launches each captured graph "
                  "(backend/habana_device/HPUGraph.cpp, habana_lazy/hpu_lazy_tensors.cpp, 1.19.0); its launches are "
                  "Launch events of their own",
-    "copy_queue_ns": "assumed: the host's part of a queued copy (synMemCopyAsync); the transfer is on the stream",
+    "copy_queue_ns": "assumed value; the work is the bridge's: a pinned non_blocking H2D copy still runs on the host "
+                     "the lazy copy's bookkeeping (copy_hpu_lazy_H2D: the destination's device buffer, marked as a graph "
+                     "input) and its submission (habana_helpers::copy_data_to_device holds both tensors until a "
+                     "done-callback; device::copy_data_to_device orders the DMA stream after pending writes of both "
+                     "buffers; copy_data_to_device_ locks the destination's address, calls synMemCopyAsync and registers "
+                     "the completion event), then returns; a blocking copy does the same, then waits for the transfer "
+                     "(habana_kernels/lazy_kernels.cpp, backend/helpers/tensor_utils.cpp, "
+                     "backend/synapse_helpers/device.cpp, 1.19.0); the transfer is on the stream",
     "fallback_ns": "assumed: the CPU kernel of a small op and the copy of its result to the device; the sync and "
                    "the read-back are events of their own",
     "compiled_call_ns": "assumed: dynamo's guards and the compiled function's runtime wrappers before its launch",
