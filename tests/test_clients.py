@@ -6,6 +6,7 @@ library is not installed. Each script runs in its own process: on hpu under `pyt
 (the library finds habana_frameworks as on a Gaudi), on CPU as plain `python`."""
 import functools
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -106,3 +107,28 @@ def test_gaudi_trainer_trains_on_hpu_as_on_cpu(tmp_path, mode):
     hpu = _run("gaudi_trainer.py", *args, hpu=True, tmp_path=tmp_path, env=env)
     cpu = _run("gaudi_trainer.py", *args, hpu=False, tmp_path=tmp_path)
     _same(hpu, cpu)
+
+
+def test_use_hpu_graphs_for_training_is_the_module_cacher_line_of_notebook_06(tmp_path):
+    # Notebook 06 section 5 runs `htcore.hpu.ModuleCacher()(model=model, inplace=True)` for optimum-habana's
+    # use_hpu_graphs_for_training (claim O5). GaudiTrainer's own flag must do the same: wrap the model it
+    # trains, capture its forward and backward once, replay both every step, stop the host tracing the
+    # forward, and train to the same losses and parameters as the line, and as no graphs at all.
+    _need("optimum.habana", "transformers")
+    why = _import_error("optimum.habana.transformers.models")
+    if why:
+        pytest.skip(f"optimum-habana's GaudiTrainer does not import here: {why} (it imports torchvision, whose "
+                    f"PyPI wheels are built for CUDA torch: a torchvision built for the CPU torch is needed)")
+    cmd = [sys.executable, "-m", "hpu_lab", "run", os.path.join(SCRIPTS, "gaudi_trainer_graphs.py")]
+    r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=1200,
+                       env=dict(os.environ, PYTHONPATH=ROOT))
+    assert r.returncode == 0, f"{' '.join(cmd)}\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
+    runs = json.loads(next(ln for ln in r.stdout.splitlines() if ln.startswith("GRAPHS "))[len("GRAPHS "):])
+    flag, line, none = runs["flag"], runs["line"], runs["none"]
+    assert flag["wrapped"], "use_hpu_graphs_for_training=True: the model GaudiTrainer trained has no ModuleCacher"
+    assert not none["wrapped"] and none["captured"] == 0 and none["replays_per_step"] == 0
+    assert flag == line, f"the flag and the notebook's line differ: {flag} != {line}"
+    assert flag["graphs"] == 1 and flag["captured"] == 2 and flag["replays_per_step"] == 2   # forward + backward
+    # the host traces the forward once, at the capture, instead of at every step
+    assert flag["forward_ops_per_step"] * flag["steps"] == none["forward_ops_per_step"] > 0
+    assert flag["losses"] == none["losses"] and flag["params_sha256"] == none["params_sha256"]
