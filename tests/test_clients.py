@@ -76,6 +76,17 @@ def test_lightning_fabric_setup_trains_on_hpu_as_on_cpu(tmp_path):
     _same(hpu, cpu)
 
 
+@pytest.mark.parametrize("sharding", ["NO_SHARD", "FULL_SHARD"])
+def test_lightning_fabric_fsdp_trains_on_hpu_as_on_cpu(tmp_path, sharding):
+    # lightning-habana's HPUFSDPStrategy on one card; FSDP's backward aborted the process (its
+    # post-backward hook's record_stream under no_dispatch had no hpu kernel)
+    _need("lightning", "lightning_habana")
+    hpu = _run("fabric_fsdp.py", sharding, hpu=True, tmp_path=tmp_path)
+    cpu = _run("fabric_fsdp.py", hpu=False, tmp_path=tmp_path)
+    assert hpu["DEVICE"] == "hpu" and cpu["DEVICE"] == "cpu"
+    _same(hpu, cpu)
+
+
 @pytest.mark.parametrize("stage", [0, 1, 2])
 def test_deepspeed_zero_with_fused_adam_trains_on_hpu_as_on_cpu(tmp_path, stage):
     _need("deepspeed")

@@ -135,3 +135,17 @@ def test_record_stream_is_accepted_on_hpu_streams():
     assert u.cpu().tolist() == [0., 2., 4., 6.]
     with pytest.raises(RuntimeError, match="expected a stream on device hpu"):
         u.record_stream(torch.Stream("cpu"))
+
+
+def test_record_stream_under_no_dispatch():
+    # FSDP's post-backward hook records each gradient's stream with Python dispatch off
+    # (torch.distributed.fsdp._common_utils._no_dispatch_record_stream); the call found no hpu kernel
+    # ("Could not run 'aten::record_stream' with arguments from the 'hpu' backend"), inside the
+    # autograd engine, which then aborted the process
+    from torch.utils._mode_utils import no_dispatch
+    u = torch.arange(4.).to("hpu") * 2
+    with no_dispatch():
+        assert u.record_stream(torch.hpu.current_stream()) is None
+        with pytest.raises(RuntimeError, match="expected a stream on device hpu"):
+            u.record_stream(torch.Stream("cpu"))
+    assert u.cpu().tolist() == [0., 2., 4., 6.]

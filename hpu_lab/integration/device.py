@@ -82,6 +82,13 @@ def _copy_from_and_resize(self, dst):
     return _copy_from(self, dst)
 
 
+def _record_stream(self, s):
+    """Reached under ``no_dispatch()``, which FSDP's post-backward hook uses for ``record_stream``
+    (``torch.distributed.fsdp._common_utils._no_dispatch_record_stream``); the bridge wraps
+    ``Tensor.record_stream`` in Python, so its call works there too."""
+    special_ops.record_stream(None, (self, s), {})
+
+
 FACTORIES = [
     aten.arange.default, aten.arange.start, aten.arange.start_step, aten.full.default,
     aten.zeros.default, aten.ones.default, aten.scalar_tensor.default, aten.eye.default,
@@ -110,6 +117,7 @@ def register() -> None:
     _lib.impl("empty.memory_format", _empty_memory_format, "PrivateUse1")
     _lib.impl("_copy_from", _copy_from, "PrivateUse1")
     _lib.impl("_copy_from_and_resize", _copy_from_and_resize, "PrivateUse1")
+    _lib.impl("record_stream", _record_stream, "PrivateUse1")
     for f in FACTORIES:
         _lib.impl(f._schema.name.split("::")[1] + ("." + f._overloadname if f._overloadname != "default" else ""),
                   _factory(f), "PrivateUse1")
