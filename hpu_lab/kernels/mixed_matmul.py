@@ -12,9 +12,18 @@ frontend runs when the op is recorded (``LazyOp::SetOutputMetaFn``, ``scripts/hp
   the inputs are promoted to that dtype and CPU's ``addmm`` computes (bf16 values are exact in
   float32, so this is the product of the values given, rounded once);
 - ``mm`` (``F.linear`` without bias, ``torch.mm``, ``matmul`` of 2-D tensors; also the weight
-  gradient of such an ``addmm``): ``MmMeta`` (``hpu_ops/backend/mm_gen.cpp``) refuses when the
+  gradient of such an ``addmm``): ``MmMeta`` (``hpu_ops/backend/mm_gen.cpp``) refuses when the op is
   recorded, with the bridge's message: "expected m1 and m2 to have the same dtype, but got:
-  BFloat16 != Float".
+  BFloat16 != Float". ``mm`` has no ``promote_to_common_type`` in ``hpu_op.yaml``; its shared-layer
+  validator (``hpu_ops/op_validator.cpp``, ``CheckNodeWithSharedLayerValidator::Validate``) and the
+  lazy frontend (``habana_kernels/lazy_kernels.h``, ``LazyOp::get_result``) both call ``MmMeta``
+  before anything runs.
+
+So a bf16 input into an fp32 ``Linear`` with bias computes forward (fp32 out), and its backward stops
+at the weight gradient: torch's ``AddmmBackward0`` computes it as ``mm`` of the fp32 output gradient
+and the bf16 input. The bridge's own ``linear``/``linear_backward`` ops (``LinearBackwardMeta`` has no
+dtype check) are wired to ``aten::linear`` only under ``PT_HPU_OVERRIDE_LINEAR_MATMUL_EAGER``
+(``habana_eager/ops/linear.cpp``; default off, ``scripts/env_flags.yaml``).
 """
 from __future__ import annotations
 
