@@ -199,6 +199,8 @@ def _version(dist: str) -> str:
 def _checkout(path: Path) -> str:
     """The checkout's commit when ``path`` is the top of a git work tree, else the path itself (an
     archive, or an installed package: not the commit of some repository around it)."""
+    if sys.prefix != sys.base_prefix and path.resolve().is_relative_to(Path(sys.prefix).resolve()):
+        return "the installed package"           # the venv's copy: its path says nothing to a reader
     top = subprocess.run(["git", "-C", str(path), "rev-parse", "--show-toplevel"], capture_output=True, text=True)
     if top.returncode != 0 or Path(top.stdout.strip()).resolve() != path.resolve():
         return str(path)
