@@ -5,13 +5,16 @@ The script runs as ``__main__`` (``runpy``) with ``habana_frameworks`` imports r
 on ``sys.path``, as ``python script.py`` would. The Python processes the script starts resolve them
 too, and find ``hl-smi`` (``hpu_lab.compat.CHILD_SITE``). ``python -m hpu_lab run -m package.module`` runs a
 module instead. ``python -m hpu_lab config`` prints every setting hpu_lab reads; ``python -m hpu_lab hl-smi`` answers
-as hl-smi (hpu_lab/tools/hl_smi.py).
+as hl-smi (hpu_lab/tools/hl_smi.py). The commands printing hpu_lab's own answers end quietly, exit
+code 141, when their reader leaves early (``| head``: hpu_lab/tools/closed_pipe.py).
 """
 from __future__ import annotations
 
 import os
 import runpy
 import sys
+
+from hpu_lab.tools.closed_pipe import quiet_when_reader_leaves
 
 USAGE = """usage: python -m hpu_lab run script.py [args...]
        python -m hpu_lab run -m module [args...]
@@ -23,12 +26,12 @@ config  print every environment variable hpu_lab reads, its value and meaning
 hl-smi  what hl-smi answers on a Gaudi host, for the emulated cards (also the venv's hl-smi command)"""
 
 
-def main(argv=None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help", "help"):
+@quiet_when_reader_leaves
+def answer(cmd, rest) -> int:
+    """The commands that print hpu_lab's own answers (usage, config, hl-smi)."""
+    if cmd in ("-h", "--help", "help"):
         print(USAGE)
         return 0
-    cmd, rest = argv[0], argv[1:]
     if cmd == "config":
         from hpu_lab import config
         print(config.describe())
@@ -36,9 +39,16 @@ def main(argv=None) -> int:
     if cmd == "hl-smi":
         from hpu_lab.tools import hl_smi
         return hl_smi.main(rest)
+    print(f"python -m hpu_lab: unknown command {cmd!r}\n\n{USAGE}", file=sys.stderr)
+    return 2
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    cmd, rest = (argv[0], argv[1:]) if argv else ("help", [])
     if cmd != "run":
-        print(f"python -m hpu_lab: unknown command {cmd!r}\n\n{USAGE}", file=sys.stderr)
-        return 2
+        return answer(cmd, rest)
+    # `run` is the script's own output: a script cut short by `| head` behaves as under `python script.py`
     if not rest or (rest[0] == "-m" and len(rest) < 2):
         print(f"python -m hpu_lab run: what should I run?\n\n{USAGE}", file=sys.stderr)
         return 2

@@ -77,3 +77,17 @@ ONE_US = one_us_host()
 def hand_made(*events):
     """Events built by hand for ``perfmodel.retime(..., host=ONE_US)``."""
     return list(events)
+
+
+def into_closed_pipe(cmd, stderr_too=False, **kw):
+    """Run ``cmd`` with its stdout (and its stderr if ``stderr_too``) a pipe whose reader is already
+    gone, as ``cmd | head -0`` leaves it, without the race of a reader leaving mid-output: every write
+    fails with EPIPE. Returns the CompletedProcess (stderr captured as text unless ``stderr_too``)."""
+    import subprocess
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        return subprocess.run(cmd, stdout=w, stderr=w if stderr_too else subprocess.PIPE, text=True,
+                              timeout=300, **kw)
+    finally:
+        os.close(w)

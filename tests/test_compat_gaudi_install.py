@@ -14,7 +14,7 @@ import torch
 
 import hpu_lab
 from hpu_lab import config
-from helpers import counts
+from helpers import counts, into_closed_pipe
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -101,6 +101,32 @@ def test_hl_smi_answers_as_a_gaudi_host(tmp_path, capsys):
     rc, _, err = _hl_smi(capsys, "-Q", "frobs", "-f", "csv")
     assert rc == 2 and "unknown query field" in err
 
+
+
+HL_SMI = os.path.join(os.path.dirname(sys.executable), "hl-smi")      # the venv's console script (pyproject)
+
+
+@pytest.mark.parametrize("cmd", [[HL_SMI], [HL_SMI, "-Q", "module_id,name", "-f", "csv"],
+                                 [sys.executable, "-m", "hpu_lab", "hl-smi", "-L"],
+                                 [sys.executable, "-m", "hpu_lab", "config"], [sys.executable, "-m", "hpu_lab"]],
+                         ids=["hl-smi", "hl-smi -Q", "python -m hpu_lab hl-smi -L", "config", "usage"])
+def test_a_reader_leaving_early_ends_the_command_quietly(tmp_path, cmd):
+    """`hl-smi | head -3`: no BrokenPipeError traceback; exit 141 (128 + SIGPIPE), what the shell
+    reports for coreutils' `seq 1000000 | head -1`."""
+    assert os.path.exists(cmd[0]), f"{cmd[0]}: the console script is not installed (make setup)"
+    r = into_closed_pipe(cmd, cwd=tmp_path, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert (r.returncode, r.stderr) == (141, ""), r.stderr
+
+
+def test_an_error_message_into_a_closed_pipe_is_quiet_too(tmp_path):
+    """`hl-smi --reset-aip 2>&1 | head -0`: the refusal goes to stderr, which is the closed pipe."""
+    r = into_closed_pipe([HL_SMI, "--reset-aip"], stderr_too=True, cwd=tmp_path)
+    assert r.returncode == 141
+
+
+def test_the_commands_still_print_everything_to_a_reader_that_stays(tmp_path):
+    r = subprocess.run([HL_SMI], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.count("HL-225") == 8 and r.stdout.rstrip().endswith("+")
 
 def test_children_of_a_script_resolve_habana_imports_and_find_hl_smi(tmp_path):
     (tmp_path / "child.py").write_text(textwrap.dedent("""

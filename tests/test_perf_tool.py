@@ -12,7 +12,7 @@ import hpu_lab.core as htcore
 from hpu_lab import events as ev
 from hpu_lab.observe import profiler
 from hpu_lab.tools import perf_tool
-from helpers import no_cyclic_gc, recorded, seed_setup
+from helpers import into_closed_pipe, no_cyclic_gc, recorded, seed_setup
 
 TOOL = Path(sys.executable).parent / "habana_perf_tool"      # the venv's console script (pyproject)
 
@@ -112,3 +112,11 @@ def test_a_measured_clock_trace_is_read_on_its_own_clock(tmp_path, small_batch_t
     r = run_tool("--trace", path)
     assert r.returncode == 0, r.stderr
     assert "measured on this CPU" in r.stdout and "mark_steps               12" in r.stdout
+
+
+def test_a_reader_leaving_early_ends_the_tool_quietly(small_batch_trace):
+    """`habana_perf_tool --trace t.json | head -3`: no BrokenPipeError traceback, exit 141 (128 +
+    SIGPIPE) as coreutils' tools in the same place; the whole report when the reader stays."""
+    r = into_closed_pipe([str(TOOL), "--trace", small_batch_trace])
+    assert (r.returncode, r.stderr) == (141, ""), r.stderr
+    assert run_tool("--trace", small_batch_trace).stdout.rstrip().splitlines()[-1].startswith("  - ")

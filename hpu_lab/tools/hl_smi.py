@@ -22,6 +22,8 @@ from __future__ import annotations
 import datetime
 import sys
 
+from .closed_pipe import quiet_when_reader_leaves
+
 PRODUCT = {"gaudi": "HL-205", "gaudi2": "HL-225", "gaudi3": "HL-325L"}
 FIELDS = ("timestamp", "name", "bus_id", "driver_version", "temperature.aip", "module_id", "utilization.aip",
           "memory.total", "memory.free", "memory.used", "index", "serial", "uuid", "power.draw")
@@ -121,6 +123,7 @@ def table() -> str:
     return "\n".join(out)
 
 
+@quiet_when_reader_leaves
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:

@@ -26,6 +26,7 @@ from typing import Dict, List, Optional, Sequence
 from .. import events as ev
 from ..perfmodel import advice
 from ..perfmodel.timeline import bound, union_ns
+from .closed_pipe import quiet_when_reader_leaves
 
 PROG = "habana_perf_tool"
 KINDS = {cls.__name__: cls for cls in vars(ev).values()
@@ -195,6 +196,7 @@ def report(path: str) -> str:
     return "\n".join(lines)
 
 
+@quiet_when_reader_leaves
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(prog=PROG, description="Scan an hpu_lab Chrome trace (hpu_lab.observe.profiler."
                                 "export_chrome_trace), list its metrics and give optimization guidance.")
