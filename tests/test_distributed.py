@@ -48,15 +48,16 @@ def _results(out: str, world: int = 2):
     return res
 
 
-def spawn(scenario: str, world: int = 2):
-    """``world`` processes with torchrun's variables set by hand (no elastic agent: quicker)."""
+def spawn(scenario: str, world: int = 2, script: str = __file__):
+    """``world`` processes with torchrun's variables set by hand (no elastic agent: quicker), each
+    running ``script scenario...`` (this file's scenario, by default)."""
     for attempt in range(3):
         port = _free_port()
         procs = []
         for r in range(world):
             env = _env({"RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(world),
                         "LOCAL_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
-            procs.append(subprocess.Popen([sys.executable, __file__, scenario], env=env, cwd=ROOT,
+            procs.append(subprocess.Popen([sys.executable, script, *scenario.split()], env=env, cwd=ROOT,
                                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
         outs = []
         try:
@@ -193,6 +194,21 @@ def test_lazy_collectives_and_multicard_hpu_graph_inference():
         d = r["ddp_lazy"]
         assert d["max_abs_diff_vs_cpu"] <= 1e-6 and d["lanes"] == ["hpu:0"]
         assert d["host_syncs_for_collectives"] == 0
+
+
+CARDS = os.path.join(ROOT, "hpu_lab", "lab", "answers", "cards.py")    # notebook 08's reference multicard.py
+
+
+def test_a_collective_refused_in_a_no_grad_capture_names_the_scripts_line():
+    """cards.py's column-parallel forward, under torch.no_grad() in wrap_in_hpu_graph, without lazy
+    collectives: the all_gather is refused at its own line of the script each card runs (a file of
+    hpu_lab's folder, but run as the program), as any refused op names the user's line, not "<backward>"."""
+    lines = open(CARDS).read().splitlines()
+    (line,) = [i for i, text in enumerate(lines, 1) if "dist.all_gather(parts, y)" in text]
+    (report,) = spawn("inference column", world=1, script=CARDS).values()
+    assert report["layer"] == "ColumnParallelLinear"
+    assert report["error"].startswith("HPUGraphError: torch.distributed.all_gather is not supported during HPU "
+                                      f"Graph capturing (at cards.py:{line}):"), report["error"]
 
 
 def test_initialize_distributed_hpu_reads_torchrun_and_mpi_variables(monkeypatch):

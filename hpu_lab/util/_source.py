@@ -1,4 +1,6 @@
 """Find the user's line behind an op: the first frame outside torch and hpu_lab, and its name.
+A reference answer of the lab run as the program (``cards.py``, each card's script under torchrun)
+is the user's code too.
 
 A line of a script is named ``train.py:42``. A line of a notebook cell is named ``cell [5], line 18``:
 the execution count the learner sees next to the cell, not the file name the kernel compiled the
@@ -15,8 +17,10 @@ import sys
 
 import torch
 
-_SKIP = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(os.path.abspath(__file__))),  # hpu_lab/
-         "<frozen ", os.path.dirname(os.__file__))
+_HPU_LAB = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_SKIP = (os.path.dirname(torch.__file__), _HPU_LAB, "<frozen ", os.path.dirname(os.__file__))
+# the lab's reference answers stand for the learner's code (see _is_learners_script)
+_ANSWERS = os.path.join(_HPU_LAB, "lab", "answers") + os.sep
 # keyed by file name, not by code object: two code objects compare equal when their code is the
 # same, even from different files (IPython compiles each cell's statements apart, so the same line
 # in two cells would otherwise report the first cell's file)
@@ -52,8 +56,23 @@ def _is_user_file(fn: str) -> bool:
     return r
 
 
-def _is_user(code) -> bool:
-    return _is_user_file(code.co_filename)
+def _is_learners_script(f) -> bool:
+    """A reference answer run as the program (``__main__``): ``hpu_lab/lab/answers/cards.py`` is what
+    each card runs under torchrun, where notebook 08 runs the learner's ``multicard.py``. It lies in
+    hpu_lab's folder, but its lines are the learner's, not the emulator's: skipped, they left a
+    refused op with no user frame at all, named "<backward>" in a no-grad forward."""
+    return f.f_code.co_filename.startswith(_ANSWERS) and f.f_globals.get("__name__") == "__main__"
+
+
+def _is_user(f) -> bool:
+    """Whether frame ``f`` is the user's: decided once per file, on the first frame seen of it."""
+    fn = f.f_code.co_filename
+    r = _cache.get(fn)
+    if r is None:
+        r = _is_user_file(fn)
+        if not r and _is_learners_script(f):
+            r = _cache[fn] = True
+    return r
 
 
 def source_name(filename: str, lineno: int) -> str:
@@ -72,7 +91,7 @@ def user_frame(depth: int = 2):
     except ValueError:
         f = sys._getframe(1)
     while f is not None:
-        if _is_user(f.f_code):
+        if _is_user(f):
             return f.f_code.co_filename, f.f_lineno
         f = f.f_back
     return None
@@ -104,7 +123,7 @@ def user_src(depth: int = 2) -> str:
         fn = code.co_filename
         r = cache.get(fn)
         if r is None:
-            r = _is_user(code)
+            r = _is_user(f)
         if r:
             counts = _cells.get(fn)
             if counts is None:
