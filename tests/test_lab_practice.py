@@ -50,11 +50,14 @@ def test_every_registered_exercise_has_a_reference_and_a_start():
 
 @pytest.mark.parametrize("ex", IDS)
 def test_reference_right_start_not_yet_wrong_answer_wrong(ex):
+    # one run of each program judged with every answer: lab.check(ex, run, answer) is exactly
+    # judge(ex, practice.record(run), answer) (test_check_is_a_recorded_run_judged), and a run of
+    # notebook 08's is a torchrun launch of two or three cards
     right = answers.ANSWERS[ex]
-    r = lab.check(ex, answers.REFERENCE[ex], right)
+    ref = practice.record(answers.REFERENCE[ex])
+    r = judge(ex, ref, right)
     assert r.status == "right", str(r)
     assert r.ok and str(r).startswith("[right]") and r.why
-    ref = practice.record(answers.REFERENCE[ex])
     wrong = "something else" if isinstance(right, str) else (not right if isinstance(right, bool) else right + 1000)
     r = judge(ex, ref, wrong)
     assert r.status == "wrong" and "not what the events say" in r.why, str(r)
@@ -75,6 +78,24 @@ def test_reference_right_start_not_yet_wrong_answer_wrong(ex):
     if stored is not None:
         assert _same_process_free(str(judge(ex, start, None))) == _same_process_free(stored), \
             f"answers.START[{ex!r}] and the notebook's check cell differ"
+
+
+def test_check_is_a_recorded_run_judged(monkeypatch):
+    """What the test above relies on to judge one recorded run with several answers: check judges,
+    with the answer given, the run practice.record made of the function given."""
+    from hpu_lab.lab import checking
+    runs = []
+
+    def record(run):
+        runs.append((run, practice.record(run)))
+        return runs[-1][1]
+    monkeypatch.setattr(checking, "record", record)
+    for run in (answers.REFERENCE["00.2"], answers.START["00.2"]):
+        for answer in (answers.ANSWERS["00.2"], None, -1):
+            checked = lab.check("00.2", run, answer)
+            assert len(runs) == 1 and runs[0][0] is run
+            judged = judge("00.2", runs.pop()[1], answer)
+            assert (checked.status, checked.why, checked.observed) == (judged.status, judged.why, judged.observed)
 
 
 def test_nothing_done_and_errors_do_not_raise():
