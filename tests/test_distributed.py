@@ -211,6 +211,15 @@ def test_a_collective_refused_in_a_no_grad_capture_names_the_scripts_line():
                                       f"Graph capturing (at cards.py:{line}):"), report["error"]
 
 
+def test_destroy_process_group_frees_the_group_and_its_gloo_threads():
+    """init_process_group right after `import hpu_lab`, while the background warm-up still imports
+    torch.distributed.nn.functional (its functions' default group is read at import): the group
+    must not become their default, so destroy_process_group frees it and joins its gloo threads."""
+    (r,) = spawn("destroy", world=1).values()
+    assert r["nn_functional_default_group"] == "NoneType"
+    assert r["alive_after_destroy"] is False
+    assert r["threads_after_destroy"] < r["threads_before_destroy"], r
+
 def test_initialize_distributed_hpu_reads_torchrun_and_mpi_variables(monkeypatch):
     import hpu_lab  # noqa: F401
     from hpu_lab.distributed.hccl import initialize_distributed_hpu
@@ -535,6 +544,26 @@ def scenario_lazy():
     config.set(PT_HPU_ENABLE_LAZY_COLLECTIVES="false")
     dist.destroy_process_group()
     _report(rank, out)
+
+
+def scenario_destroy():
+    import gc
+    import weakref
+    import torch
+    import torch.distributed as dist
+    import hpu_lab  # noqa: F401  (starts the background warm-up)
+    dist.init_process_group("hccl", rank=0, world_size=1, timeout=datetime.timedelta(seconds=60))
+    t = torch.ones(3, device="hpu")
+    dist.all_reduce(t)
+    t.cpu()
+    import torch.distributed.nn.functional as fn
+    group = weakref.ref(dist.group.WORLD)
+    threads = len(os.listdir("/proc/self/task"))
+    dist.destroy_process_group()
+    gc.collect()
+    _report(0, {"nn_functional_default_group": type(fn.all_reduce.__defaults__[-1]).__name__,
+                "alive_after_destroy": group() is not None, "threads_before_destroy": threads,
+                "threads_after_destroy": len(os.listdir("/proc/self/task"))})
 
 
 if __name__ == "__main__":

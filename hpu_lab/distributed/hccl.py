@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 
 from .. import events as ev
+from ..util import warmup
 from ..util._source import user_src
 from . import host, lazy_collectives as lc
 
@@ -318,6 +319,13 @@ for _name in ("send", "recv", "recv_anysource", "gather", "scatter", "alltoall",
 # ---------------------------------------------------------------- registration
 
 def _create(store, rank, size, timeout):
+    # hpu_lab's background warm-up (util/warmup.py) imports torch.distributed.tensor, and with it
+    # torch.distributed.nn.functional, whose functions take ``group=group.WORLD`` as a default
+    # argument, read at import. Finished after this group exists, that import bound the group as
+    # their default for good: destroy_process_group() then left it alive, its gloo groups' threads
+    # running until the interpreter's teardown (and those functions on a destroyed group).
+    # Imported first, the default is None (the default group at call time), as in plain torch.
+    warmup.wait()
     return ProcessGroupHCCL(store, rank, size, timeout)
 
 
