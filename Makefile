@@ -34,7 +34,7 @@ help:
 	@echo "make test   set up, then run pytest on tests/ (browser test included) and nbval on notebooks/"
 	@echo "make test-timing  the tests that read a wall or CPU clock (pytest -m timing; not in make test)"
 	@echo "make test-isa  set up, then run the numerics and settings tests on an older ISA, pinned to one core"
-	@echo "make bench  set up, then run python -m hpu_lab.bench"
+	@echo "make bench  set up, then run python -m hpu_lab.lab.bench"
 	@echo "make notebooks  set up, then run the notebooks from their .py sources into the .ipynb (NB=02 for one)"
 	@echo "make bridge-suite BRIDGE=<gaudi-pytorch-bridge checkout>  run Intel's lazy-mode bridge tests on hpu_lab"
 	@echo "make client-suites LIGHTNING_HABANA=<dir> DEEPSPEED=<dir> OPTIMUM_HABANA=<dir> [ACCELERATE=<dir>]"
@@ -129,7 +129,7 @@ test-isa: setup
 	$(RUN) $(ISA_ENV) $$pin $(PY) -m pytest $(ISA_TESTS) $(PYTEST_ARGS)
 
 bench: setup
-	$(RUN) $(PY) -m hpu_lab.bench
+	$(RUN) $(PY) -m hpu_lab.lab.bench
 
 # The notebooks' sources are notebooks/NN_*.py (jupytext percent format); this runs them in order
 # with nbclient and writes each NN_*.ipynb with its outputs (no widget state: static pictures).

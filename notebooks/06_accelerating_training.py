@@ -181,7 +181,7 @@ def timed_epoch():
 
 
 # %% [markdown]
-# A full garbage collection made due by the cells above would land in whichever timed step comes next, as host time (on a busy machine: tens of ms, more than a warm step). The timed steps start clean, as `python -m hpu_lab.bench` does:
+# A full garbage collection made due by the cells above would land in whichever timed step comes next, as host time (on a busy machine: tens of ms, more than a warm step). The timed steps start clean, as `python -m hpu_lab.lab.bench` does:
 
 # %%
 import gc

@@ -1,6 +1,6 @@
-"""The panel benchmark's method (hpu_lab/bench/panel.py): paired ABBA rounds and a verdict that says
+"""The panel benchmark's method (hpu_lab/lab/bench/panel.py): paired ABBA rounds and a verdict that says
 "undecided" rather than a number the noise decided. Facts about the statistics, no timing."""
-from hpu_lab.bench import panel
+from hpu_lab.lab.bench import panel
 
 
 def test_rounds_alternate_which_kind_of_loop_goes_first():
@@ -91,7 +91,7 @@ def test_what_a_loop_adds_is_split_by_thread_when_every_round_has_the_split():
 
 def test_the_threads_cpu_is_read_by_role_in_this_process():
     import threading
-    from hpu_lab.bench import threads
+    from hpu_lab.lab.bench import threads
     before = threads.cpu_by_role()
     if not before:
         import pytest

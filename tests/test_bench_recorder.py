@@ -1,5 +1,5 @@
 """The recorder benchmark runs and counts what it records (facts, not times)."""
-from hpu_lab.bench import recorder
+from hpu_lab.lab.bench import recorder
 
 
 def test_recorder_bench_records_one_event_per_op(capsys):

@@ -1,5 +1,5 @@
 """The payoff benchmark runs, and what it counts per step is the mechanism (facts, not times)."""
-from hpu_lab.bench import graphs as bench_graphs
+from hpu_lab.lab.bench import graphs as bench_graphs
 
 
 def test_bench_counts_per_step(capsys):

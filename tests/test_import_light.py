@@ -12,7 +12,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WARMED = ["torch.distributed.tensor", "torch._dynamo", "sympy"]
 # what nothing in an import and a first training step needs
 NEVER = ["torch._inductor.compile_fx", "matplotlib", "ipywidgets", "networkx", "IPython", "jupyter_client",
-         "widgets", "hpu_lab.bench", "hpu_lab.lab.examples"]
+         "widgets", "hpu_lab.lab.bench", "hpu_lab.lab.examples"]
 
 PROBE = """
 import json, sys, threading

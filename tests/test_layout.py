@@ -24,7 +24,7 @@ STAGES = [
     ("integration",),   # the device's registration with torch; torch.compile's backend
     ("core", "hpu", "hpex", "dynamo", "internal", "bridge_api", "distributed"),  # habana_frameworks.torch, name for name
     ("compat",),        # habana_frameworks imports resolving to hpu_lab
-    ("lab", "bench", "tools"),              # the lab's helpers, the benchmark, command-line tools
+    ("lab", "tools"),                       # the lab's helpers and benchmark, command-line tools
 ]
 ORDER = {folder: i for i, stage in enumerate(STAGES) for folder in stage}
 

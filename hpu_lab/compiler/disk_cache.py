@@ -444,7 +444,7 @@ def measure(repeats: int = 3, folder_path: str = "") -> dict:
 
 
 def report() -> dict:
-    """Measure and print cold vs warm start (what ``python -m hpu_lab.bench disk_cache`` shows)."""
+    """Measure and print cold vs warm start (what ``python -m hpu_lab.lab.bench disk_cache`` shows)."""
     m = measure()
     c, w = m["runs"]["cold"][0], m["runs"]["warm"][0]
     print("\n== Disk recipe cache: seed-000 training step in fresh processes ==")

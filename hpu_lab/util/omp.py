@@ -15,7 +15,7 @@ libgomp, which reads it once:
 - ``import hpu_lab`` sets it when torch is not imported yet, e.g. under ``python -m hpu_lab run``.
 - A value the user set is kept.
 
-Measured with the panel benchmark (`python -m hpu_lab.bench.panel`, a Jupyter kernel on 2 cores,
+Measured with the panel benchmark (`python -m hpu_lab.lab.bench.panel`, a Jupyter kernel on 2 cores,
 3 runs of 30 rounds each, pooled). With the default policy, the plain 600-step loop took a median
 1.41 s and the live panel added 15.3% [13.0, 17.1]. With PASSIVE, the plain loop took 1.36 s and
 the panel added 12.7% [11.5, 14.3]. The device thread's added CPU fell from 44 to 36 ms, and other

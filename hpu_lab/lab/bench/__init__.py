@@ -1,8 +1,8 @@
-"""The project's benchmark: ``python -m hpu_lab.bench`` (or ``make bench``).
+"""The project's benchmark: ``python -m hpu_lab.lab.bench`` (or ``make bench``).
 
 Everything is measured in this one run and printed as ratios, so the figures compare like with
 like on whatever machine runs it. One module a section, each runnable alone
-(``python -m hpu_lab.bench lazy graphs``, or ``python -m hpu_lab.bench.graphs --steps 10``):
+(``python -m hpu_lab.lab.bench lazy graphs``, or ``python -m hpu_lab.lab.bench.graphs --steps 10``):
 
 - imports (imports.py): fresh-process time of ``import torch`` and of ``import hpu_lab`` on top.
 - recorder (recorder.py): the event recorder's cost per event on a lazy loop of small ops, the fast
@@ -27,13 +27,13 @@ import importlib
 import torch
 
 SECTIONS = {
-    "imports": ("hpu_lab.bench.imports", "main"),
-    "recorder": ("hpu_lab.bench.recorder", "main"),
-    "host_clock": ("hpu_lab.bench.host_clock", "main"),
-    "lazy": ("hpu_lab.bench.accumulation", "main"),
-    "graphs": ("hpu_lab.bench.graphs", "main"),
-    "fused": ("hpu_lab.bench.fused", "main"),
-    "panel": ("hpu_lab.bench.panel", "main"),
+    "imports": ("hpu_lab.lab.bench.imports", "main"),
+    "recorder": ("hpu_lab.lab.bench.recorder", "main"),
+    "host_clock": ("hpu_lab.lab.bench.host_clock", "main"),
+    "lazy": ("hpu_lab.lab.bench.accumulation", "main"),
+    "graphs": ("hpu_lab.lab.bench.graphs", "main"),
+    "fused": ("hpu_lab.lab.bench.fused", "main"),
+    "panel": ("hpu_lab.lab.bench.panel", "main"),
     "disk_cache": ("hpu_lab.compiler.disk_cache", "report"),
     "gaudi_clock": ("hpu_lab.perfmodel.validation", "main"),
 }
@@ -42,7 +42,7 @@ ONLY_WHEN_NAMED: tuple = ()
 
 def main(argv=None) -> None:
     import hpu_lab  # noqa: F401  (registers the device)
-    p = argparse.ArgumentParser(prog="python -m hpu_lab.bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m hpu_lab.lab.bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("sections", nargs="*", default=[s for s in SECTIONS if s not in ONLY_WHEN_NAMED],
                    help=f"any of {', '.join(SECTIONS)} (default: all)")
     args = p.parse_args(argv)

@@ -1,4 +1,4 @@
-"""Benchmark of the hpex fused kernels: ``python -m hpu_lab.bench.fused``.
+"""Benchmark of the hpex fused kernels: ``python -m hpu_lab.lab.bench.fused``.
 
 Prints, in one run:
 - nodes in the lazy graph of one optimizer update / gradient clipping, fused vs torch's own;
@@ -23,7 +23,7 @@ from hpu_lab import events
 from hpu_lab.hpex.kernels import FusedSDPA
 from hpu_lab.hpex.normalization import FusedClipNorm
 from hpu_lab.hpex.optimizers import FusedAdamW, FusedSGD
-from ..compiler.graph import HELPER_NAMES
+from ...compiler.graph import HELPER_NAMES
 
 HELPERS = {"input", "output", *HELPER_NAMES.values()}     # view, scatter, scatter_into, ...
 
@@ -130,7 +130,7 @@ def main(argv=None):
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--seq", type=int, default=512)
     ap.add_argument("--dim", type=int, default=64)
-    a = ap.parse_args([] if argv is None else argv)     # as a section of hpu_lab.bench: defaults
+    a = ap.parse_args([] if argv is None else argv)     # as a section of hpu_lab.lab.bench: defaults
 
     print(f"hpex fused kernels: MLP of {a.layers} Linear layers ({2 * a.layers} parameters), width {a.width}")
     print(f"{'update':15s} {'nodes torch':>11s} {'(ops)':>6s} {'fused':>6s} {'(ops)':>6s} {'torch trace':>12s} "

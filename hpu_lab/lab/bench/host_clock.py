@@ -1,4 +1,4 @@
-"""The Gaudi clock's host lane on the seeds' figures: ``python -m hpu_lab.bench host_clock``.
+"""The Gaudi clock's host lane on the seeds' figures: ``python -m hpu_lab.lab.bench host_clock``.
 
 Seed 000's training step recorded in its three modes and re-timed on first-generation Gaudi, the
 seed's card, against the seed's host times (the lazy figure calibrates the host model's one fitted
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 
 def main() -> dict:
-    from ..perfmodel import seed000, validation
+    from ...perfmodel import seed000, validation
     rows = seed000.check_rows()
     print("\n== The host clock: seed 000's step in its three modes on first-gen Gaudi (modeled host ms / step) ==")
     print(validation._table(rows))

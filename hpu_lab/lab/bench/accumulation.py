@@ -2,7 +2,7 @@
 on, as in a lab section, and without) vs plain eager CPU vs PyTorch's own lazy tensor core
 (``torch._lazy`` with its TorchScript backend), measured in one run, interleaved.
 Target (DESIGN.md): hpu lazy mode with recording on within 1.5x of torch._lazy.
-``python -m hpu_lab.bench lazy`` runs it alone."""
+``python -m hpu_lab.lab.bench lazy`` runs it alone."""
 from __future__ import annotations
 
 import statistics

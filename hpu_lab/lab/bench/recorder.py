@@ -1,4 +1,4 @@
-"""The recorder's cost per event: ``python -m hpu_lab.bench recorder``.
+"""The recorder's cost per event: ``python -m hpu_lab.lab.bench recorder``.
 
 A lazy loop of small ops (``x = x + 1``, left pending, flushed by one mark_step afterwards) is timed
 three ways in this process: nobody listening (no event is built: ``events.wants`` is false), a
@@ -30,8 +30,8 @@ def _loop_ns(x, ops: int) -> int:
 
 def main(ops: int = 2000, repeats: int = 9) -> dict:
     import hpu_lab  # noqa: F401
-    from .. import events as ev
-    from ..events.reference import ReferenceRecorder
+    from ... import events as ev
+    from ...events.reference import ReferenceRecorder
 
     x = torch.zeros(4, device="hpu")
     _loop_ns(x, ops)                                  # compiles the graph once: every loop after hits the cache

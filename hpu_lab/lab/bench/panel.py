@@ -40,7 +40,7 @@ import statistics
 import subprocess
 
 from . import threads
-from ..util import omp
+from ...util import omp
 
 TARGET = 0.10
 KINDS = ("plain", "section", "recording")
@@ -48,7 +48,7 @@ KINDS = ("plain", "section", "recording")
 SETUP = """
 import functools, gc, json, time, torch, hpu_lab, widgets
 from hpu_lab import events as _ev
-from hpu_lab.bench import threads as _threads
+from hpu_lab.lab.bench import threads as _threads
 from hpu_lab.lab.examples import Net, train_step
 torch.manual_seed(0)
 _model = Net().to("hpu")
@@ -288,7 +288,7 @@ def report(r: dict) -> None:
 
 
 def main(argv=None) -> dict:
-    p = argparse.ArgumentParser(prog="python -m hpu_lab.bench.panel", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m hpu_lab.lab.bench.panel", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=600)
     p.add_argument("--rounds", type=int, default=12, help="paired rounds after the first (default 12)")

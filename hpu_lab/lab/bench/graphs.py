@@ -1,4 +1,4 @@
-"""The HPU Graphs payoff, measured: ``python -m hpu_lab.bench.graphs`` (also a section of ``python -m hpu_lab.bench``).
+"""The HPU Graphs payoff, measured: ``python -m hpu_lab.lab.bench.graphs`` (also a section of ``python -m hpu_lab.lab.bench``).
 
 Seed 000's MNIST MLP (784-128-10 with dropout, batch 200, Adadelta) trains one step at a time in
 the seed's four ways -- no graphs (lazy mode), make_graphed_callables, ModuleCacher, capture and
@@ -28,7 +28,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..lab.examples import Net, capture_train_step, train_step
+from ..examples import Net, capture_train_step, train_step
 
 SEED_HOST_MS = {"lazy": 4.8, "make_graphed_callables": 3.9, "capture/replay": 1.3}
 BATCH = 200
@@ -44,7 +44,7 @@ def _thread_cpu_ns(tid: int) -> int:
 
 
 def _device_tids() -> set:
-    from ..runtime import executor
+    from ...runtime import executor
     return {s._thread.native_id for s in list(executor._streams.values())}
 
 
@@ -96,7 +96,7 @@ LABELS = {"lazy": "no HPU Graphs (lazy)", "make_graphed_callables": "make_graphe
 
 
 def _counts(step, batches):
-    from .. import events as ev
+    from ... import events as ev
     kinds = (ev.OpAccumulated, ev.GraphBuilt, ev.Compile, ev.Replay, ev.Launch)
     with ev.Collector(kinds=kinds) as c:
         for x, t in batches:
