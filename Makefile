@@ -106,10 +106,10 @@ test-timing: setup
 # one thread. A test that assumes what the machine it was written on does (AMX, avx512_bf16, many
 # cores) fails here first, not in a user's first `make test`. CI runs it after `make test`.
 # ISA_ONEDNN / ISA_ATEN override the levels (e.g. make test-isa ISA_ONEDNN=SSE41 ISA_ATEN=default).
-ISA_TESTS := tests/test_run_settings.py tests/test_thread_count.py tests/test_amp.py tests/test_hmp.py \
-  tests/test_hmp_shape_inference.py tests/test_linear_ce.py tests/test_channels_last.py tests/test_layouts.py \
-  tests/test_gradients_like_cpu.py tests/test_core_training.py tests/test_fused_sdpa.py tests/test_sdpa_one_node.py \
-  tests/test_scaled_mm.py tests/test_quant_ops.py
+ISA_TESTS := tests/integration/test_run_settings.py tests/runtime/test_thread_count.py tests/kernels/test_amp.py tests/hpex/test_hmp.py \
+  tests/hpex/test_hmp_shape_inference.py tests/kernels/test_linear_ce.py tests/compiler/test_channels_last.py tests/compiler/test_layouts.py \
+  tests/dispatch/test_gradients_like_cpu.py tests/lab/test_core_training.py tests/hpex/test_fused_sdpa.py tests/kernels/test_sdpa_one_node.py \
+  tests/kernels/test_scaled_mm.py tests/kernels/test_quant_ops.py
 ifeq ($(shell uname -m),aarch64)
 ISA_ONEDNN ?= ADVANCED_SIMD
 ISA_ATEN ?= default

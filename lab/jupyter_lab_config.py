@@ -1,5 +1,5 @@
 # JupyterLab as the lab's learners get it: `make lab` starts `jupyter lab --config=lab/jupyter_lab_config.py`
-# (tests/test_browser_lab.py starts it the same way). Everything goes through JupyterLab's own
+# (tests/widgets/test_browser_lab.py starts it the same way). Everything goes through JupyterLab's own
 # settings; nothing installed is patched.
 import os
 

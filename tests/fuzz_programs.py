@@ -11,7 +11,7 @@ random lines and keeps those CPU runs without error, so CPU defines every progra
 must then give the same results, in lazy and in eager mode. A failing program is shrunk (lines
 removed while it still fails) and printed, so the report is a minimal reproducer.
 
-``tests/test_fuzz_programs.py`` runs a few programs of each kind in ``make test``; ``make fuzz`` runs
+``tests/dispatch/test_fuzz_programs.py`` runs a few programs of each kind in ``make test``; ``make fuzz`` runs
 many (``python tests/fuzz_programs.py --programs 300``: 300 of each kind).
 """
 from __future__ import annotations

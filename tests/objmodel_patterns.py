@@ -4,7 +4,7 @@ flat buffers bound with ``.data =``, DeepSpeed's ``p.data.view(torch.uint8)``), 
 
 Each pattern is ``fn(dev, step_end) -> (values, facts)``: ``values`` the tensors it ends with (on the
 host), ``facts`` what it observed of the object model (which objects are the same, which memory
-is shared, versions, hook calls). tests/test_object_model.py runs every pattern on "cpu" and on
+is shared, versions, hook calls). tests/dispatch/test_object_model.py runs every pattern on "cpu" and on
 "hpu" and requires both to be equal: values bit for bit, facts exactly.
 """
 from __future__ import annotations

@@ -8,7 +8,7 @@ Each sample ends in one kind:
   error    hpu raised while CPU did not: must be a clear, documented error (docs/correctness.md)
   cpu      CPU itself rejects the sample or is not repeatable on it (not counted)
 
-``tests/test_core_opinfo.py`` runs a deterministic sample of this in ``make test``; ``make fuzz``
+``tests/dispatch/test_core_opinfo.py`` runs a deterministic sample of this in ``make test``; ``make fuzz``
 runs all of it (``python tests/opinfo_diff.py``) and prints the figures.
 """
 from __future__ import annotations

@@ -139,3 +139,19 @@ def test_every_plugin_is_in_the_table_and_every_entry_exists():
     kernels = {m for m in MODULES if m.startswith("hpu_lab.kernels.")}
     assert kernels - set(table) - imported == set(), \
         f"kernels/ modules nothing registers (add them to _PLUGINS): {sorted(kernels - set(table) - imported)}"
+
+
+# tests/ folders that are not hpu_lab folders: the repo's other parts, and scripts tests run
+TEST_FOLDERS_BEYOND_PACKAGE = {"widgets", "notebooks", "clients", "browser", "__pycache__"}
+# checks of the package as a whole, at the top of tests/
+PACKAGE_WIDE_TESTS = {"test_import_graph.py", "test_import_light.py", "test_layout.py", "test_packaging.py"}
+
+
+def test_tests_mirror_the_package_folders():
+    tests = os.path.dirname(os.path.abspath(__file__))
+    folders = {d for d in os.listdir(tests) if os.path.isdir(os.path.join(tests, d))}
+    strays = folders - set(ORDER) - TEST_FOLDERS_BEYOND_PACKAGE
+    assert not strays, f"tests/ folders that are not hpu_lab folders: {sorted(strays)}"
+    top = {f for f in os.listdir(tests) if f.startswith("test_") and f.endswith(".py")}
+    assert top == PACKAGE_WIDE_TESTS, (
+        f"tests at the top of tests/ that belong in the folder of what they test: {sorted(top - PACKAGE_WIDE_TESTS)}")

@@ -19,7 +19,7 @@ COLORS = {
     "output": "#9d9d9d",
     "cast": "#b07aa1",
     # timeline kinds: every kind its own hue, at least 20 CIELAB units from every other (a 64-colour
-    # PNG palette merged the old near-oranges and near-reds; tests/test_widgets_timeline.py checks).
+    # PNG palette merged the old near-oranges and near-reds; tests/widgets/test_widgets_timeline.py checks).
     # Enclosing spans (capture, replay, CPU fallback, compiled call) are light and opaque, so the
     # legend swatch is the colour drawn.
     "trace": "#59a14f",        # ops traced (lazy or eager)

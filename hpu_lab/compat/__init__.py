@@ -19,7 +19,7 @@ Two meta-path finders do the mapping:
   "hpu_lab does not emulate <name>" with the list of what is emulated.
 
 To emulate one more module, add a line to ``ALIASES`` (or ``PREFIXES`` for a package whose hpu_lab
-counterpart mirrors its layout); ``tests/test_compat.py`` imports every entry both ways
+counterpart mirrors its layout); ``tests/compat/test_compat.py`` imports every entry both ways
 (``import a.b.c`` and ``from a.b import c``) in a fresh process.
 """
 from __future__ import annotations

@@ -249,7 +249,7 @@ def _stats_dtype(x, w, *stats):
 # out= kernels of CPU that resize the out contiguous and copy the result into it, whatever the
 # result's layout (the rest take the layout of their result when they resize: torch's structured
 # kernels restride a resized out, the linalg ones column-major). Found by comparing every OpInfo op's
-# out= layout with CPU's (tests/test_out_layouts.py).
+# out= layout with CPU's (tests/dispatch/test_out_layouts.py).
 _CONTIGUOUS_OUT = frozenset({aten._fft_r2c.out, aten._fft_c2r.out, aten._fft_c2c.out, aten.cholesky.out})
 
 

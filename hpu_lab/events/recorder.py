@@ -7,7 +7,7 @@ kept so far are handed to the observers as one ``OpRun`` before the next event o
 any thread) is delivered, and on ``flush``. So observers see every event, in the order emitted;
 an ``EventLog`` (a Collector, a panel) keeps a run as one item and builds its ``OpAccumulated``
 events only when its list is read. ``reference.py`` is the same contract in ~100 lines, one event
-at a time; ``tests/test_events_contract.py`` checks that both give the same events.
+at a time; ``tests/events/test_events_contract.py`` checks that both give the same events.
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Every event is built when it is emitted and delivered at once, to every observer of its kind, in
 the order emitted; nothing is kept back. The fast recorder (recorder.py) keeps op events as flat
 runs and builds them late; on the same program it must give the same events, in the same order,
-with the same fields (tests/test_events_contract.py runs programs under both, ``events.use``).
+with the same fields (tests/events/test_events_contract.py runs programs under both, ``events.use``).
 """
 from __future__ import annotations
 

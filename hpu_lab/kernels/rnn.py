@@ -17,7 +17,7 @@ number (forward and gradients, fp32 and bf16) is CPU's, bit for bit:
 - dropout between layers is CPU's ``at::dropout`` (not the fused ``native_dropout`` ATen picks for
   PrivateUse1): noise drawn by ``bernoulli_`` (on the host, hpu_lab's random ops), divided by 1 - p,
   multiplied in.
-``tests/test_rnn.py`` checks the op sequence against CPU's own, and the results bit for bit.
+``tests/kernels/test_rnn.py`` checks the op sequence against CPU's own, and the results bit for bit.
 
 ``mkldnn_rnn_layer`` itself is one graph node (``MkldnnLayer``): its CPU kernel returns the
 backward's workspace only when autograd is on (a size only oneDNN knows: taken from a run of

@@ -13,7 +13,7 @@ reason string, a verdict of the Gaudi clock; never wall time) and judges the cha
 It never raises: the learner's own error is reported in the result, so Run All goes on, and a
 learner who has done nothing (no run, no answer, or the section's code unchanged) gets "not yet".
 Each exercise's reference answer and the section's starting code are in ``hpu_lab.lab.answers``;
-tests/test_lab_practice.py checks every exercise against both.
+tests/lab/test_lab_practice.py checks every exercise against both.
 """
 from __future__ import annotations
 

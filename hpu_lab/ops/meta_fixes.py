@@ -2,7 +2,7 @@
 
 hpu_lab infers every lazy op's output shape from its Meta kernel; where torch's Meta kernel gives a
 shape the CPU kernel does not, an "hpu" tensor would report a shape its value does not have. Each
-correction here is the CPU kernel's rule, checked against it by tests/test_meta_fixes.py.
+correction here is the CPU kernel's rule, checked against it by tests/ops/test_meta_fixes.py.
 
 - ``multilabel_margin_loss_forward``: for a 1-D input with ``reduction="none"`` the CPU returns a
   0-dim loss; torch's Meta kernel says ``[1]``.

@@ -10,7 +10,7 @@ one process, each recorded from hpu_lab's event stream:
   none  use_hpu_graphs_for_training=False, the model as built.
 Prints one JSON object last: for each run whether the model GaudiTrainer trained carries a ModuleCacher,
 its graph count, the HPU Graphs captured, the replays and forward ops traced by the host per step, the
-logged losses and a hash of the trained parameters' bytes. Run under `python -m hpu_lab run` (tests/test_clients.py).
+logged losses and a hash of the trained parameters' bytes. Run under `python -m hpu_lab run` (tests/clients/test_clients.py).
 """
 import hashlib
 import json

@@ -2,7 +2,7 @@
 
 ``START[id]`` is the section's code as the notebook gives it (a learner who changed nothing);
 ``REFERENCE[id]`` the code changed as the exercise asks; ``ANSWERS[id]`` the answer to its question.
-tests/test_lab_practice.py checks that every exercise says "right" for the reference and "not yet"
+tests/lab/test_lab_practice.py checks that every exercise says "right" for the reference and "not yet"
 for the starting code. Small versions of the sections (random data of the same shapes, fewer
 steps), so that each runs in a fraction of a second.
 """
