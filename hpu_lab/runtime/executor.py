@@ -58,10 +58,31 @@ class Launch:
         self.done.wait()
         if ev.wants(ev.HostSync):
             ev.emit(ev.HostSync(t0, ev.now(), "host", ev.recorder.step, reason=reason, src=src,
-                                launch_id=self.id if self.recipe is not None or type(self) is not Launch else 0))
+                                launch_id=self.sync_id()))
         if self.error is not None:
             _errors.discard(self.error)
             raise self.error
+
+    def sync_id(self) -> int:
+        """The id a host sync on this launch names: a recipe's, a copy's or a marker's; 0 for a
+        plain host function (a stream wait), which is no work of the user's."""
+        return self.id if self.recipe is not None or type(self) is not Launch else 0
+
+
+class _Settled:
+    """A finished launch as its stream remembers it for the next sync: its id, its error and its
+    done flag, not its outputs. The outputs belong to the tensors that read them; held by the
+    stream, the last launch of a stream no longer used (a side stream's one copy) kept its whole
+    buffer alive after every tensor of it was gone."""
+    __slots__ = ("id", "error", "done", "_sync_id")
+
+    def __init__(self, launch: Launch):
+        self.id, self.error, self.done, self._sync_id = launch.id, launch.error, launch.done, launch.sync_id()
+
+    wait = Launch.wait
+
+    def sync_id(self) -> int:
+        return self._sync_id
 
 
 class Copy(Launch):
@@ -262,12 +283,21 @@ class Stream:
         self.lane = f"hpu:{index}"
         self._q: queue.SimpleQueue = queue.SimpleQueue()
         self._last = None
+        self._last_lock = threading.Lock()     # submit and settle replace _last: never a newer launch
         self._thread = threading.Thread(target=self._run, name=f"hpu_lab-{self.lane}", daemon=True)
         self._thread.start()
 
     def submit(self, launch: Launch) -> None:
-        self._last = launch
+        with self._last_lock:
+            self._last = launch
         self._q.put(launch)
+
+    def _settle(self, launch: Launch) -> None:
+        """The worker is done with ``launch``: if it is still the stream's last, keep only what a
+        sync needs (_Settled)."""
+        with self._last_lock:
+            if self._last is launch:
+                self._last = _Settled(launch)
 
     def submit_fn(self, fn) -> Launch:
         """Run a host function in stream order (used for events and stream waits)."""
@@ -290,6 +320,7 @@ class Stream:
         threads = torch.get_num_threads()
         flush = None                         # this thread's denormal mode is set by the first launch
         while True:
+            launch = None                    # not kept while the queue is empty (see _settle)
             launch = self._q.get()
             if launch.threads != threads:    # the launching thread's count (see Launch)
                 threads = launch.threads
@@ -310,6 +341,7 @@ class Stream:
                 # freed (munmapped) every such buffer at once, wherever the user's thread was
                 launch.inputs = fn = None
                 launch.done.set()
+                self._settle(launch)
                 continue
             t0 = ev.now()
             ok = True
@@ -340,6 +372,7 @@ class Stream:
                                                         r.short_key, r.node_count, ok))
             finally:
                 launch.done.set()
+                self._settle(launch)
 
 
 _streams: dict = {}

@@ -79,3 +79,22 @@ def test_events_observers_have_removable_handles():
     h.remove()
     htcore.mark_step()
     assert len(seen) == 1 and isinstance(seen[0], ev.MarkStep)
+
+
+def test_a_streams_last_launch_keeps_no_buffer_once_its_tensors_are_gone():
+    """A stream remembers its last launch for the next sync, not the launch's outputs: a side
+    stream's one copy (or recipe) must not keep its buffer alive after the tensors are gone."""
+    import weakref
+
+    side = torch.hpu.Stream()
+    x = torch.randn(1000).pin_memory()
+    with torch.hpu.stream(side):
+        y = x.to("hpu", non_blocking=True)          # a Copy, the last launch of the side stream
+        z = y * 2                                   # a recipe on the side stream reading it
+        z.cpu()
+    side.synchronize()
+    bufs = [weakref.ref(t._st.value.get()) for t in (y, z)]
+    del y, z
+    assert [b() is None for b in bufs] == [True, True]   # freed by reference counting, no gc needed
+    side.synchronize()                              # a sync on the settled last launch still works
+    assert side.query()
