@@ -52,6 +52,7 @@ def cyclic_garbage():
     """The types of what the block left for the cyclic garbage collector alone to free: yields a
     list, filled when the block ends (the collector is off inside it, so nothing is freed before)."""
     found = []
+    gc.collect()                 # what earlier code left is not the block's
     with no_cyclic_gc():
         gc.set_debug(gc.DEBUG_SAVEALL)
         try:

@@ -128,6 +128,7 @@ def test_deepcopy_of_a_pending_tensor_is_a_copy_with_memory_of_its_own():
     # its memory was freed without being allocated)
     import copy
     import gc
+    gc.collect()                                    # an earlier test's cyclic garbage is not freed inside
     base = torch.hpu.memory_allocated()
     a = torch.ones(1000, device="hpu") + 1          # pending in lazy mode
     w = nn.Linear(3, 3).to("hpu").weight
